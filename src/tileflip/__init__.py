@@ -1,0 +1,16 @@
+"""tileflip: tiled GPU data movement for PyTorch (transposes and permutes in Triton and CUDA C++).
+
+``import tileflip`` stays light: the planner and the analyzer need neither torch's kernels nor triton,
+so the public operations are loaded on first use.
+"""
+
+__version__ = "0.1.0"
+__all__ = ["transpose"]
+
+
+def __getattr__(name):
+    if name in __all__:
+        from tileflip import ops
+
+        return getattr(ops, name)
+    raise AttributeError(f"module 'tileflip' has no attribute {name!r}")

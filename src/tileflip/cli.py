@@ -1,0 +1,88 @@
+"""The ``tileflip`` command: demo, plan, analyze, check, bench."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+
+def parse_pair(text: str, what: str = "shape") -> tuple[int, int]:
+    """'31x65' -> (31, 65)."""
+    try:
+        a, b = (int(v) for v in text.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{what} must look like 31x65, got {text!r}") from None
+    if a < 0 or b < 0:
+        raise argparse.ArgumentTypeError(f"{what} must be non-negative, got {text!r}")
+    return a, b
+
+
+def parse_dims(text: str, what: str = "shape") -> tuple[int, ...]:
+    """'8x4096x32x128' -> (8, 4096, 32, 128); '0,2,1,3' -> (0, 2, 1, 3)."""
+    sep = "," if "," in text else "x"
+    try:
+        return tuple(int(v) for v in text.lower().split(sep)) if text else ()
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{what} must look like 8x4096x32x128 or 0,2,1,3, got {text!r}") from None
+
+
+def use_interpreter_without_gpu() -> str:
+    """Turn on Triton's interpreter when there is no GPU; must run before tileflip's kernels are imported."""
+    import torch
+
+    if torch.cuda.is_available():
+        return "cuda"
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+    return "cpu"
+
+
+def cmd_plan(argv: list[str]) -> int:
+    from tileflip import explain
+
+    p = argparse.ArgumentParser(prog="tileflip plan", description="Print the launch plan of a 2-D transpose.")
+    p.add_argument("--shape", required=True, type=parse_pair, help="M x N, e.g. 31x65")
+    p.add_argument("--block", type=lambda t: parse_pair(t, "block"), default=None, help="tile, e.g. 32x32")
+    p.add_argument("--dtype", default="float32")
+    p.add_argument("--programs", type=int, default=12, help="how many programs to list (default 12)")
+    args = p.parse_args(argv)
+    print(explain.plan_text(args.shape, block=args.block, dtype=args.dtype, programs=args.programs))
+    return 0
+
+
+def cmd_demo(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="tileflip demo", description="Walk the seed example and transpose adversarial cases.")
+    p.add_argument("--png", default="tileflip-demo-tiles.png", help="where to save the tile-grid picture")
+    p.add_argument("--quick", action="store_true", help="fewer dtypes")
+    args = p.parse_args(argv)
+    device = use_interpreter_without_gpu()
+    from tileflip import demo
+
+    return demo.run(device, png=args.png, quick=args.quick)
+
+
+def _delegate(module: str, argv: list[str]) -> int:
+    import importlib
+
+    return importlib.import_module(f"tileflip.{module}").cli(argv)
+
+
+COMMANDS = {
+    "demo": cmd_demo,
+    "plan": cmd_plan,
+    "analyze": lambda argv: _delegate("analyze", argv),
+    "check": lambda argv: _delegate("check", argv),
+    "bench": lambda argv: _delegate("bench", argv),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
+        print("usage: tileflip {demo,plan,analyze,check,bench} [options]   (tileflip COMMAND --help for each)")
+        return 0 if argv and argv[0] in ("-h", "--help") else 2
+    return COMMANDS[argv[0]](argv[1:]) or 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,44 @@
+"""Which dtypes the data-movement kernels carry, and the same-size unsigned integer view they move them as.
+
+A transpose moves bits, never values: every supported dtype is viewed as the unsigned integer of its
+size before a kernel sees it, so NaN payloads, negative zeros and float8 encodings travel unchanged.
+"""
+
+from __future__ import annotations
+
+import torch
+
+UINT_OF_SIZE = {1: torch.uint8, 2: torch.uint16, 4: torch.uint32, 8: torch.uint64}
+
+_SUPPORTED_NAMES = (
+    "bool", "int8", "uint8",
+    "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz", "float8_e8m0fnu",
+    "float16", "bfloat16", "int16", "uint16",
+    "float32", "int32", "uint32", "complex32",
+    "float64", "int64", "uint64", "complex64",
+)  # fmt: skip
+SUPPORTED = frozenset(getattr(torch, name) for name in _SUPPORTED_NAMES if hasattr(torch, name))
+
+# Types that pack several values into one byte: a transpose of their storage would move pairs of
+# values, not values, so they are refused until a kernel unpacks them.
+_PACKED_NAMES = ("float4_e2m1fn_x2", "uint1", "uint2", "uint3", "uint4", "uint5", "uint6", "uint7",
+                 "int1", "int2", "int3", "int4", "int5", "int6", "int7")  # fmt: skip
+PACKED = frozenset(getattr(torch, name) for name in _PACKED_NAMES if hasattr(torch, name))
+
+
+def check_dtype(dtype: torch.dtype, arg: str = "x") -> None:
+    """Raise TypeError naming ``arg`` unless ``dtype`` is one the kernels carry."""
+    if dtype in SUPPORTED:
+        return
+    if dtype in PACKED:
+        raise TypeError(f"{arg} has the packed dtype {dtype} (several values per byte), which is not supported yet")
+    size = torch.empty((), dtype=dtype, device="meta").element_size() if dtype.is_complex or dtype.is_floating_point else None
+    if size == 16:
+        raise TypeError(f"{arg} has the 16-byte dtype {dtype}; supported element sizes are 1, 2, 4 and 8 bytes")
+    names = ", ".join(sorted(str(d).removeprefix("torch.") for d in SUPPORTED))
+    raise TypeError(f"{arg} has unsupported dtype {dtype}; supported: {names}")
+
+
+def as_uint(t: torch.Tensor) -> torch.Tensor:
+    """The same memory viewed as the unsigned integer of the element size (strides and offset kept)."""
+    return t.view(UINT_OF_SIZE[t.element_size()])

@@ -1,0 +1,50 @@
+"""Plans written out for people: what ``tileflip plan`` and ``tileflip demo`` print. No triton, no torch."""
+
+from __future__ import annotations
+
+from tileflip import plan, tuning
+
+
+def plan_text(shape, *, block=None, dtype="float32", programs=12) -> str:
+    M, N = shape
+    size = plan.element_size(dtype)
+    config = tuning.triton_config(size)
+    BM, BN = block if block else (config.block_m, config.block_n)
+    grid = plan.transpose_grid(M, N, BM, BN)
+    lines = [
+        f"transpose {M}x{N} {dtype} ({size} B/element) -> {N}x{M}, contiguous",
+        f"tiles {BM}x{BN}" + ("" if block else f" (the tuning table's choice for {size}-byte types, {config.num_warps} warps)"),
+        f"grid: {grid.grid_m} x {grid.grid_n} tiles = {grid.programs} programs, launched 1-D as {grid.launch}",
+        "       (program pid handles tile (pid // grid_n, pid % grid_n); gridDim.y and z stay 1 for any shape)",
+    ]
+    if grid.programs == 0:
+        lines.append("empty tensor: nothing is launched")
+        return "\n".join(lines)
+    covered = grid.programs * BM * BN
+    lines.append(
+        f"useful {M * N} of {covered} slots ({M * N / covered:.1%}); masked {covered - M * N}"
+    )
+    keys = {name: plan.specialization_class(v) for name, v in (("M", M), ("N", N), ("stride_xm", N), ("stride_om", M))}
+    lines.append("Triton specialization class: " + ", ".join(f"{k}={'/'.join(filter(None, v))}" for k, v in keys.items()))
+    lines.append("")
+    lines.append(f"{'program':>8} {'tile':>10} {'input rows':>12} {'input cols':>12} {'kept':>8} {'masked':>7}   writes output")
+    for pid in range(min(programs, grid.programs)):
+        pm, pn = grid.tile_of(pid)
+        lines.append(tile_line(pid, plan.tile_masks(M, N, BM, BN, pm, pn)))
+    if grid.programs > programs:
+        lines.append(f"... {grid.programs - programs} more programs (--programs N lists more)")
+    return "\n".join(lines)
+
+
+def _span(r) -> str:
+    return f"{r[0]}..{r[1] - 1}" if r[1] - r[0] > 1 else f"{r[0]}"
+
+
+def tile_line(pid: int, tm: plan.TileMasks) -> str:
+    (r0, r1), (c0, c1) = tm.in_rows, tm.in_cols
+    kept = f"{r1 - r0}x{c1 - c0}"
+    out = f"rows {_span(tm.out_rows)}, cols {_span(tm.out_cols)}"
+    return (
+        f"{pid:>8} {str((tm.pid_m, tm.pid_n)):>10} {_span(tm.in_rows):>12} {_span(tm.in_cols):>12} "
+        f"{kept:>8} {tm.masked:>7}   {out}"
+    )

@@ -1,0 +1,124 @@
+// 2-D transposes out = in^T for elements of 1, 2, 4 or 8 bytes.
+//
+// in  is an M x N view with element strides (sxm, sxn): any non-negative values, 0 for expanded dims.
+// out is a contiguous N x M tensor (row stride M) that never overlaps in, which is what makes
+//     __restrict__ legal on both pointers; the Python wrapper refuses overlapping arguments.
+//
+// Kernels only move bits, so each one is written once over an unsigned type of the right width and
+// instantiated under C names (transpose_<variant>_u<bits>) that the loader can look up without
+// name mangling. The file is compiled both by NVRTC at run time and by nvcc in the tests, so it must
+// not include any header: NVRTC has no standard library search path.
+//
+// Launch geometry, shared by every kernel: a 1-D grid of grid_m * grid_n blocks where block b handles
+// tile (b / grid_n, b % grid_n), so gridDim.y stays 1 (its limit is 65535) whatever M is. All index
+// arithmetic is 64-bit: M * N and row * sxm overflow 32 bits long before memory runs out.
+
+typedef unsigned char tf_u8;
+typedef unsigned short tf_u16;
+typedef unsigned int tf_u32;
+typedef unsigned long long tf_u64;
+typedef long long tf_i64;
+
+namespace tileflip {
+
+// naive: 16 x 16 threads, one element each (the lesson's kernel, made safe).
+constexpr int NAIVE_TILE = 16;
+
+// tiled: 32 x 32 tiles moved by 32 x 8 threads, 4 elements per thread. 256 threads per block keep
+// enough blocks resident per SM, and the 4 loads per thread are issued back to back before the
+// barrier, which is what hides the DRAM latency.
+constexpr int TILE = 32;
+constexpr int TILE_ROWS = 8;
+
+__device__ __forceinline__ void tile_of_block(tf_i64 grid_n, tf_i64& tile_m, tf_i64& tile_n) {
+    const tf_i64 b = blockIdx.x;
+    tile_m = b / grid_n;
+    tile_n = b - tile_m * grid_n;
+}
+
+template <typename T>
+__device__ __forceinline__ void transpose_naive(const T* __restrict__ in, T* __restrict__ out, tf_i64 M, tf_i64 N,
+                                                tf_i64 sxm, tf_i64 sxn, tf_i64 grid_n) {
+    tf_i64 tile_m, tile_n;
+    tile_of_block(grid_n, tile_m, tile_n);
+    const tf_i64 row = tile_m * NAIVE_TILE + threadIdx.y;
+    const tf_i64 col = tile_n * NAIVE_TILE + threadIdx.x;
+    if (row < M && col < N) {
+        // Adjacent threads read adjacent columns (coalesced when sxn == 1) but write M elements
+        // apart: the strided store that the tiled kernels exist to remove.
+        out[col * M + row] = in[row * sxm + col * sxn];
+    }
+}
+
+// PAD = 1 shifts each tile row by one element so that a warp reading a tile column touches 32
+// different banks; with PAD = 0 the row stride is 32 elements and the column read serialises (32-way
+// for 4-byte elements). One element of padding is enough for every size here: the row stride of 33
+// elements is an odd number of 32-bit words for 4- and 8-byte types (8-byte accesses are served per
+// half-warp) and spreads 32 consecutive rows over 32 distinct banks for 1- and 2-byte types too.
+template <typename T, int PAD>
+__device__ __forceinline__ void transpose_tiled(const T* __restrict__ in, T* __restrict__ out, tf_i64 M, tf_i64 N,
+                                                tf_i64 sxm, tf_i64 sxn, tf_i64 grid_n) {
+    __shared__ T tile[TILE][TILE + PAD];
+
+    tf_i64 tile_m, tile_n;
+    tile_of_block(grid_n, tile_m, tile_n);
+    const tf_i64 row0 = tile_m * TILE;
+    const tf_i64 col0 = tile_n * TILE;
+    const int tx = threadIdx.x;
+    const int ty = threadIdx.y;
+
+    // Load: a warp (fixed ty) reads 32 consecutive columns of one input row. The values go through
+    // registers first so that the thread's 4 global loads are all in flight before the first one has
+    // to land in shared memory.
+    constexpr int PER_THREAD = TILE / TILE_ROWS;
+    const tf_i64 col = col0 + tx;
+    if (col < N) {
+        const T* src = in + col * sxn;
+        T v[PER_THREAD];
+#pragma unroll
+        for (int i = 0; i < PER_THREAD; ++i) {
+            const tf_i64 row = row0 + ty + i * TILE_ROWS;
+            if (row < M) v[i] = src[row * sxm];
+        }
+#pragma unroll
+        for (int i = 0; i < PER_THREAD; ++i) {
+            if (row0 + ty + i * TILE_ROWS < M) tile[ty + i * TILE_ROWS][tx] = v[i];
+        }
+    }
+    __syncthreads();
+
+    // Store: a warp writes 32 consecutive columns of one output row, i.e. output row col0 + c holds
+    // input column col0 + c, read back from a tile column. Slots skipped by the load's mask are
+    // exactly the ones this mask skips, so uninitialised shared memory is never written out.
+    const tf_i64 out_col = row0 + tx;
+    if (out_col < M) {
+        T* dst = out + out_col;
+#pragma unroll
+        for (int i = 0; i < PER_THREAD; ++i) {
+            const int c = ty + i * TILE_ROWS;
+            const tf_i64 out_row = col0 + c;
+            if (out_row < N) dst[out_row * M] = tile[tx][c];
+        }
+    }
+}
+
+}  // namespace tileflip
+
+#define TILEFLIP_ARGS(T) \
+    const T* __restrict__ in, T* __restrict__ out, tf_i64 M, tf_i64 N, tf_i64 sxm, tf_i64 sxn, tf_i64 grid_n
+
+#define TILEFLIP_INSTANTIATE(T, BITS)                                                                         \
+    extern "C" __global__ void __launch_bounds__(256) transpose_naive_u##BITS(TILEFLIP_ARGS(T)) {            \
+        tileflip::transpose_naive<T>(in, out, M, N, sxm, sxn, grid_n);                                       \
+    }                                                                                                        \
+    extern "C" __global__ void __launch_bounds__(256) transpose_tiled_u##BITS(TILEFLIP_ARGS(T)) {            \
+        tileflip::transpose_tiled<T, 1>(in, out, M, N, sxm, sxn, grid_n);                                    \
+    }                                                                                                        \
+    extern "C" __global__ void __launch_bounds__(256) transpose_tiled_nopad_u##BITS(TILEFLIP_ARGS(T)) {      \
+        tileflip::transpose_tiled<T, 0>(in, out, M, N, sxm, sxn, grid_n);                                    \
+    }
+
+TILEFLIP_INSTANTIATE(tf_u8, 8)
+TILEFLIP_INSTANTIATE(tf_u16, 16)
+TILEFLIP_INSTANTIATE(tf_u32, 32)
+TILEFLIP_INSTANTIATE(tf_u64, 64)

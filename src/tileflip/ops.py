@@ -1,0 +1,139 @@
+"""Public operations: argument checks, backend choice, launch.
+
+Every call is checked before anything is written, in this order: ``x`` (type, rank, dtype),
+``backend``, ``out`` (type, shape, dtype, device, contiguity, overlap with ``x``), then the backend's
+device. Each refusal is a ``TypeError`` or ``ValueError`` whose message names the argument.
+
+Backends:
+
+* ``"triton"``: the Triton tile kernel. On a CUDA tensor it runs natively. On a CPU tensor it runs in
+  Triton's interpreter when ``TRITON_INTERPRET=1`` was set before tileflip's kernels were imported;
+  without the interpreter a CPU tensor is refused.
+* ``"cuda-naive"``, ``"cuda-tiled"``, ``"cuda-tiled-nopad"``: the CUDA C++ kernels (CUDA tensors only).
+* ``"torch"``: ``out.copy_(x.t())``, the reference path, on any device.
+* ``"auto"``: on a CUDA tensor, the backend the committed tuning table names for the case; on a CPU
+  tensor, ``"triton"`` under the interpreter and ``"torch"`` otherwise.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from tileflip import dtypes
+
+BACKENDS = ("auto", "triton", "cuda-naive", "cuda-tiled", "cuda-tiled-nopad", "torch")
+CUDA_BACKENDS = {"cuda-naive": "naive", "cuda-tiled": "tiled", "cuda-tiled-nopad": "tiled_nopad"}
+
+_triton_module = None
+
+
+def _triton():
+    # Imported on first use: importing triton costs ~1 s, and tileflip's CPU tools must not need it.
+    global _triton_module
+    if _triton_module is None:
+        from tileflip.kernels import triton_transpose
+
+        _triton_module = triton_transpose
+    return _triton_module
+
+
+def _span(t: torch.Tensor) -> tuple[int, int]:
+    """Byte range [start, stop) that a non-empty tensor's elements occupy."""
+    start = t.data_ptr()
+    last = sum((size - 1) * stride for size, stride in zip(t.shape, t.stride()))
+    return start, start + (last + 1) * t.element_size()
+
+
+def check_no_overlap(x: torch.Tensor, out: torch.Tensor, arg: str = "out") -> None:
+    """Refuse an ``out`` whose memory range meets ``x``'s (a conservative test: ranges, not elements)."""
+    if x.numel() == 0 or out.numel() == 0 or x.device != out.device:
+        return
+    x0, x1 = _span(x)
+    o0, o1 = _span(out)
+    if x0 < o1 and o0 < x1:
+        raise ValueError(f"{arg} overlaps x in memory; the output must be a separate buffer")
+
+
+def check_out(x: torch.Tensor, out, shape: tuple, arg: str = "out") -> None:
+    if not isinstance(out, torch.Tensor):
+        raise TypeError(f"{arg} must be a torch.Tensor or None, got {type(out).__name__}")
+    if tuple(out.shape) != tuple(shape):
+        raise ValueError(f"{arg} must have shape {tuple(shape)}, got {tuple(out.shape)}")
+    if out.dtype != x.dtype:
+        raise TypeError(f"{arg} must have dtype {x.dtype} (x's), got {out.dtype}")
+    if out.device != x.device:
+        raise ValueError(f"{arg} must be on {x.device} (x's device), got {out.device}")
+    if not out.is_contiguous():
+        raise ValueError(f"{arg} must be contiguous, got strides {tuple(out.stride())}")
+    check_no_overlap(x, out, arg)
+
+
+def check_input(x, ndim: int | None = 2, arg: str = "x") -> None:
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{arg} must be a torch.Tensor, got {type(x).__name__}")
+    if ndim is not None and x.dim() != ndim:
+        raise ValueError(f"{arg} must be {ndim}-D, got a {x.dim()}-D tensor of shape {tuple(x.shape)}")
+    dtypes.check_dtype(x.dtype, arg)
+    if x.device.type not in ("cpu", "cuda"):
+        raise ValueError(f"{arg} must be on a CPU or CUDA device, got {x.device}")
+
+
+def resolve_backend(x: torch.Tensor, backend: str) -> str:
+    """The concrete backend a call runs on, after checking that it can run on x's device."""
+    if not isinstance(backend, str) or backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    on_cpu = x.device.type == "cpu"
+    if backend == "auto":
+        if on_cpu:
+            return "triton" if _triton().is_interpreted() else "torch"
+        from tileflip import tuning
+
+        return tuning.auto_backend(x)
+    if backend in CUDA_BACKENDS and on_cpu:
+        raise ValueError(f"backend={backend!r} needs a CUDA tensor, but x is on {x.device}")
+    if backend == "triton" and on_cpu and not _triton().is_interpreted():
+        raise ValueError(
+            "backend='triton' got a CPU tensor, but Triton's interpreter is off: set TRITON_INTERPRET=1 "
+            "before importing tileflip to run the kernel on the CPU, or pass backend='auto' or 'torch'"
+        )
+    return backend
+
+
+def _run(x: torch.Tensor, out: torch.Tensor, backend: str) -> None:
+    """Launch on integer views; x and out are non-empty and checked."""
+    if backend == "torch":
+        out.copy_(x.t())
+        return
+    xi, oi = dtypes.as_uint(x), dtypes.as_uint(out)
+    if backend == "triton":
+        from tileflip import tuning
+
+        _triton().launch(xi, oi, tuning.triton_config(x.element_size()))
+    else:
+        from tileflip.kernels import cuda_transpose
+
+        cuda_transpose.launch(xi, oi, CUDA_BACKENDS[backend])
+
+
+def transpose(x: torch.Tensor, out: torch.Tensor | None = None, *, backend: str = "auto") -> torch.Tensor:
+    """Return ``x.T`` as a new contiguous (N, M) tensor, or write it into ``out`` and return ``out``.
+
+    The result's bits equal ``x.T``'s for every supported dtype (1, 2, 4 and 8-byte types, moved as
+    unsigned integers). ``x`` may have any strides torch allows (transposed, sliced with steps,
+    offset, expanded with stride 0); it is never copied to contiguous first.
+    """
+    check_input(x)
+    M, N = x.shape
+    chosen = resolve_backend(x, backend)
+    if out is None:
+        out = torch.empty((N, M), dtype=x.dtype, device=x.device)
+    else:
+        check_out(x, out, (N, M))
+    if x.numel() == 0:
+        return out
+    if x.device.type == "cuda" and x.device.index != torch.cuda.current_device():
+        with torch.cuda.device(x.device):
+            _run(x, out, chosen)
+    else:
+        _run(x, out, chosen)
+    return out

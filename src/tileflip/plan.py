@@ -1,0 +1,237 @@
+"""The block model: how programs cover a tensor, which slots they mask, where each tile lands.
+
+Pure Python and numpy, no triton and no GPU: this module is the one source of index math that the
+kernels' launchers, the analyzer, the checker and the pictures share.
+
+Two families of functions live here:
+
+* the seed functions ``program_coverage``, ``tile_layout`` and ``program_offsets`` keep the strict
+  rules of the block-model lesson: every size must be a positive ``int`` (``type(v) is not int``
+  rejects bools and floats) and a program id must lie in the minimal grid;
+* the planning the kernels use (``transpose_grid``, ``tile_masks``, ``specialization_class``) accepts
+  empty sizes (0) and symbolic sizes (``torch.SymInt`` under ``torch.compile``), because a real launch
+  must handle both.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+# CUDA's launch limits (compute capability >= 3.0). The launchers use a 1-D grid along x only, so
+# gridDim.y and gridDim.z stay 1 whatever the shape.
+MAX_GRID_X = 2**31 - 1
+MAX_GRID_YZ = 65535
+
+
+def _check_positive_ints(names_values: dict, what: str) -> None:
+    for name, value in names_values.items():
+        if type(value) is not int or value <= 0:
+            raise ValueError(f"{name} must be a positive int ({what}), got {value!r} of type {type(value).__name__}")
+
+
+def cdiv(a, b):
+    """Ceiling division that also works on symbolic sizes (only ``//`` and unary minus are used)."""
+    return -(-a // b)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Seed functions (strict validation)
+# ---------------------------------------------------------------------------------------------------
+
+
+def program_coverage(num_elements: int, block_size: int) -> dict:
+    """Minimal 1-D grid: number of programs, slots covered, valid elements in the last program, masked slots."""
+    _check_positive_ints({"num_elements": num_elements, "block_size": block_size}, "a 1-D coverage needs both")
+    programs = cdiv(num_elements, block_size)
+    covered_slots = programs * block_size
+    return {
+        "programs": programs,
+        "covered_slots": covered_slots,
+        "last_program_valid": num_elements - (programs - 1) * block_size,
+        "masked_slots": covered_slots - num_elements,
+    }
+
+
+def tile_layout(rows: int, cols: int, block_rows: int, block_cols: int) -> dict:
+    """2-D tiling of a rows x cols matrix: program grid, useful and covered slots, padding and its ratio."""
+    _check_positive_ints(
+        {"rows": rows, "cols": cols, "block_rows": block_rows, "block_cols": block_cols},
+        "a 2-D layout needs a non-empty matrix and block",
+    )
+    grid = (cdiv(rows, block_rows), cdiv(cols, block_cols))
+    useful = rows * cols
+    covered = grid[0] * grid[1] * block_rows * block_cols
+    return {
+        "program_grid": grid,
+        "useful_elements": useful,
+        "covered_elements": covered,
+        "padding_elements": covered - useful,
+        "useful_ratio": useful / covered,
+    }
+
+
+def program_offsets(program_id: int, block_size: int, num_elements: int) -> dict:
+    """Offsets and mask of one program of the minimal 1-D grid; valid offsets are the masked-in ones."""
+    coverage = program_coverage(num_elements, block_size)
+    if type(program_id) is not int or not 0 <= program_id < coverage["programs"]:
+        raise ValueError(
+            f"program_id must be an int in [0, {coverage['programs']}) (the minimal grid for "
+            f"{num_elements} elements in blocks of {block_size}), got {program_id!r}"
+        )
+    offsets = [program_id * block_size + slot for slot in range(block_size)]
+    mask = [0 <= off < num_elements for off in offsets]
+    valid = [off for off, keep in zip(offsets, mask) if keep]
+    return {
+        "offsets": offsets,
+        "mask": mask,
+        "valid_offsets": valid,
+        "valid_count": len(valid),
+        "safe": all(0 <= off < num_elements for off in valid),
+    }
+
+
+# ---------------------------------------------------------------------------------------------------
+# Kernel planning (accepts 0 and symbolic sizes)
+# ---------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TransposeGrid:
+    """How a 2-D transpose of an M x N input is cut into BLOCK_M x BLOCK_N tiles and launched.
+
+    Programs are launched on a 1-D grid: program ``pid`` handles tile ``(pid // grid_n, pid % grid_n)``,
+    so consecutive programs walk along a row of input tiles. A 1-D grid keeps gridDim.y and gridDim.z
+    at 1 for any shape; gridDim.x allows 2**31 - 1 programs, far more tiles than any memory holds.
+    """
+
+    M: int
+    N: int
+    block_m: int
+    block_n: int
+    grid_m: int
+    grid_n: int
+
+    @property
+    def programs(self):
+        return self.grid_m * self.grid_n
+
+    @property
+    def launch(self) -> tuple:
+        """The CUDA grid (x, y, z) of a launch: ``(programs, 1, 1)``."""
+        return (self.programs, 1, 1)
+
+    def tile_of(self, pid: int) -> tuple[int, int]:
+        """The (pid_m, pid_n) tile a linear program id handles (the kernels' own decoding)."""
+        return divmod(pid, self.grid_n)
+
+
+def transpose_grid(M, N, block_m: int, block_n: int) -> TransposeGrid:
+    """Plan the launch of an M x N transpose in block_m x block_n tiles; M or N may be 0 or symbolic."""
+    for name, block in (("block_m", block_m), ("block_n", block_n)):
+        if type(block) is not int or block <= 0:
+            raise ValueError(f"{name} must be a positive int, got {block!r}")
+    grid = TransposeGrid(M, N, block_m, block_n, cdiv(M, block_m), cdiv(N, block_n))
+    if isinstance(grid.programs, int) and grid.programs > MAX_GRID_X:
+        raise ValueError(
+            f"a {M}x{N} transpose in {block_m}x{block_n} tiles needs {grid.programs} programs, "
+            f"more than CUDA's gridDim.x limit of {MAX_GRID_X}"
+        )
+    return grid
+
+
+@dataclass(frozen=True)
+class TileMasks:
+    """What one program of a 2-D transpose keeps and writes.
+
+    ``in_mask`` (BM x BN) says which slots of the input tile lie inside the M x N input; ``out_mask``
+    (BN x BM) says which slots of the transposed tile lie inside the N x M output. They are transposes
+    of each other, which is why the store cannot reuse the input mask once BM != BN or M != N.
+    Regions are half-open ``(start, stop)`` ranges; an empty region has ``start == stop``.
+    """
+
+    pid_m: int
+    pid_n: int
+    in_mask: np.ndarray
+    out_mask: np.ndarray
+    in_rows: tuple[int, int]
+    in_cols: tuple[int, int]
+    out_rows: tuple[int, int]
+    out_cols: tuple[int, int]
+
+    @property
+    def valid(self) -> int:
+        return int(self.in_mask.sum())
+
+    @property
+    def masked(self) -> int:
+        return int(self.in_mask.size - self.in_mask.sum())
+
+
+def tile_masks(M: int, N: int, BM: int, BN: int, pid_m: int, pid_n: int) -> TileMasks:
+    """Input mask, transposed output mask and the regions program (pid_m, pid_n) reads and writes."""
+    for name, value in {"M": M, "N": N}.items():
+        if type(value) is not int or value < 0:
+            raise ValueError(f"{name} must be a non-negative int, got {value!r}")
+    grid = transpose_grid(M, N, BM, BN)
+    for name, pid, limit in (("pid_m", pid_m, grid.grid_m), ("pid_n", pid_n, grid.grid_n)):
+        if type(pid) is not int or not 0 <= pid < limit:
+            raise ValueError(f"{name} must be an int in [0, {limit}) for a {M}x{N} input in {BM}x{BN} tiles, got {pid!r}")
+    rm = pid_m * BM + np.arange(BM)
+    rn = pid_n * BN + np.arange(BN)
+    in_mask = (rm[:, None] < M) & (rn[None, :] < N)
+    out_mask = (rn[:, None] < N) & (rm[None, :] < M)
+    rows = (pid_m * BM, min((pid_m + 1) * BM, M))
+    cols = (pid_n * BN, min((pid_n + 1) * BN, N))
+    return TileMasks(pid_m, pid_n, in_mask, out_mask, rows, cols, cols, rows)
+
+
+def owner_of(M: int, N: int, BM: int, BN: int, i: int, j: int) -> tuple[int, int]:
+    """The tile (pid_m, pid_n) that reads input element (i, j) and writes output element (j, i)."""
+    if not (0 <= i < M and 0 <= j < N):
+        raise ValueError(f"element ({i}, {j}) is outside the {M}x{N} input")
+    return i // BM, j // BN
+
+
+# ---------------------------------------------------------------------------------------------------
+# Triton's specialization of integer arguments
+# ---------------------------------------------------------------------------------------------------
+
+
+def specialization_class(value: int) -> tuple[str, str]:
+    """The key Triton (3.x) derives from an integer kernel argument, mirrored here without importing it.
+
+    An argument equal to 1 becomes a compile-time constant; otherwise its type is i32 when it fits in
+    a signed 32-bit integer (else i64, or u64 above that) and it carries a divisibility-by-16 hint
+    ("D") when ``value % 16 == 0``. Two launches whose arguments share these keys reuse one compiled
+    kernel, so a class of shapes is the tuple of these keys over the size and stride arguments.
+    """
+    if type(value) is not int:
+        raise TypeError(f"value must be an int, got {type(value).__name__}")
+    if value == 1:
+        return ("constexpr", "1")
+    if -(2**31) <= value < 2**31:
+        kind = "i32"
+    elif -(2**63) <= value < 2**63:
+        kind = "i64"
+    else:
+        kind = "u64"
+    return (kind, "D" if value % 16 == 0 else "")
+
+
+# Element sizes by dtype name, so that CPU tools can plan without importing torch.
+ELEMENT_SIZE = {
+    "bool": 1, "int8": 1, "uint8": 1, "float8_e4m3fn": 1, "float8_e4m3fnuz": 1, "float8_e5m2": 1,
+    "float8_e5m2fnuz": 1, "float8_e8m0fnu": 1,
+    "float16": 2, "bfloat16": 2, "int16": 2, "uint16": 2,
+    "float32": 4, "int32": 4, "uint32": 4, "complex32": 4,
+    "float64": 8, "int64": 8, "uint64": 8, "complex64": 8,
+}  # fmt: skip
+
+
+def element_size(dtype: str) -> int:
+    name = str(dtype).removeprefix("torch.")
+    if name not in ELEMENT_SIZE:
+        raise ValueError(f"dtype must be one of {sorted(ELEMENT_SIZE)}, got {dtype!r}")
+    return ELEMENT_SIZE[name]

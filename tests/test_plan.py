@@ -1,0 +1,136 @@
+"""The planner: the seed functions' worked examples and validation rules, and the kernels' planning."""
+
+import sys
+import subprocess
+
+import numpy as np
+import pytest
+
+from tileflip import plan
+
+
+class TestSeedFunctions:
+    def test_coverage_worked_example(self):
+        # Seed 003: 1000 elements in blocks of 256 -> 4 programs, 24 masked slots.
+        cov = plan.program_coverage(1000, 256)
+        assert cov == {"programs": 4, "covered_slots": 1024, "last_program_valid": 232, "masked_slots": 24}
+
+    @pytest.mark.parametrize("block", [64, 128, 256])
+    def test_coverage_covers_exactly(self, block):
+        cov = plan.program_coverage(1000, block)
+        assert cov["covered_slots"] - cov["masked_slots"] == 1000
+        assert 0 < cov["last_program_valid"] <= block
+
+    def test_tile_layout(self):
+        assert plan.tile_layout(128, 128, 32, 32)["padding_elements"] == 0
+        lay = plan.tile_layout(100, 130, 32, 32)
+        assert lay["program_grid"] == (4, 5)
+        assert lay["covered_elements"] == 4 * 5 * 1024
+        assert lay["padding_elements"] == 4 * 5 * 1024 - 13000
+        assert lay["useful_ratio"] == pytest.approx(13000 / 20480)
+
+    def test_program_offsets_tail(self):
+        # Seed 003: program 3 of 100 elements in blocks of 32 keeps offsets 96..99.
+        tail = plan.program_offsets(3, 32, 100)
+        assert tail["valid_offsets"] == [96, 97, 98, 99]
+        assert tail["valid_count"] == 4 and tail["safe"]
+        assert tail["mask"] == [True] * 4 + [False] * 28
+
+    @pytest.mark.parametrize("size", [1, 32, 64, 100])
+    def test_program_offsets_cover_once(self, size):
+        cov = plan.program_coverage(size, 32)
+        seen = [o for pid in range(cov["programs"]) for o in plan.program_offsets(pid, 32, size)["valid_offsets"]]
+        assert seen == list(range(size))
+
+    @pytest.mark.parametrize("bad", [0, -1, 1.0, True, "8", None])
+    def test_strict_sizes(self, bad):
+        with pytest.raises(ValueError, match="num_elements"):
+            plan.program_coverage(bad, 32)
+        with pytest.raises(ValueError, match="block_size"):
+            plan.program_coverage(32, bad)
+        with pytest.raises(ValueError, match="block_cols"):
+            plan.tile_layout(8, 8, 4, bad)
+
+    @pytest.mark.parametrize("pid", [-1, 4, 1.0, True, None])
+    def test_program_id_in_minimal_grid(self, pid):
+        with pytest.raises(ValueError, match="program_id"):
+            plan.program_offsets(pid, 32, 100)
+
+
+class TestTileMasks:
+    def test_seed_000_example(self):
+        # 31x65 in 32x32 tiles: 3 programs; (0, 2) keeps a 31x1 input region and writes output row 64, cols 0..30.
+        grid = plan.transpose_grid(31, 65, 32, 32)
+        assert (grid.grid_m, grid.grid_n, grid.programs) == (1, 3, 3)
+        tm = plan.tile_masks(31, 65, 32, 32, 0, 2)
+        assert tm.in_mask.shape == (32, 32) and tm.out_mask.shape == (32, 32)
+        assert tm.in_mask[:31, :1].all() and tm.in_mask.sum() == 31
+        assert tm.out_mask[:1, :31].all() and tm.out_mask.sum() == 31
+        assert (tm.in_rows, tm.in_cols) == ((0, 31), (64, 65))
+        assert (tm.out_rows, tm.out_cols) == ((64, 65), (0, 31))
+
+    def test_out_mask_is_transposed_in_mask(self):
+        tm = plan.tile_masks(50, 70, 16, 64, 3, 1)
+        assert tm.in_mask.shape == (16, 64) and tm.out_mask.shape == (64, 16)
+        np.testing.assert_array_equal(tm.out_mask, tm.in_mask.T)
+
+    def test_masks_cover_every_element_once(self):
+        M, N, BM, BN = 37, 70, 16, 32
+        grid = plan.transpose_grid(M, N, BM, BN)
+        hits = np.zeros((N, M), dtype=int)
+        for pid in range(grid.programs):
+            pm, pn = grid.tile_of(pid)
+            tm = plan.tile_masks(M, N, BM, BN, pm, pn)
+            (r0, r1), (c0, c1) = tm.out_rows, tm.out_cols
+            assert tm.out_mask.sum() == (r1 - r0) * (c1 - c0)
+            hits[r0:r1, c0:c1] += 1
+        assert (hits == 1).all()
+
+    @pytest.mark.parametrize("args", [(31, 65, 32, 32, 1, 0), (31, 65, 32, 32, 0, 3), (31, 65, 32, 32, -1, 0)])
+    def test_pid_outside_grid(self, args):
+        with pytest.raises(ValueError, match="pid_"):
+            plan.tile_masks(*args)
+
+    def test_owner_of(self):
+        assert plan.owner_of(31, 65, 32, 32, 30, 64) == (0, 2)
+        with pytest.raises(ValueError):
+            plan.owner_of(31, 65, 32, 32, 31, 0)
+
+
+class TestKernelPlanning:
+    def test_empty_sizes(self):
+        assert plan.transpose_grid(0, 65, 32, 32).programs == 0
+        assert plan.transpose_grid(7, 0, 32, 32).launch == (0, 1, 1)
+
+    def test_grid_is_one_dimensional_for_any_shape(self):
+        # gridDim.y/z stay 1 even where a 2-D grid would pass 65535 tiles in one dimension.
+        grid = plan.transpose_grid(2, 100_000_000, 16, 16)
+        assert grid.launch[1:] == (1, 1) and grid.launch[0] == 6_250_000
+
+    def test_grid_too_large_is_refused(self):
+        with pytest.raises(ValueError, match="gridDim.x"):
+            plan.transpose_grid(2**40, 2**40, 16, 16)
+
+    def test_symbolic_sizes(self):
+        torch = pytest.importorskip("torch")
+        from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+        env = ShapeEnv()
+        m = env.create_unbacked_symint()
+        grid = plan.transpose_grid(m, 64, 32, 32)
+        assert isinstance(grid.programs, torch.SymInt)
+
+    def test_specialization_class_matches_triton(self):
+        from triton._C.libtriton import native_specialize_impl
+        from triton.backends.compiler import BaseBackend
+
+        for value in [0, 1, 2, 15, 16, 17, 4096, 8191, 2**31 - 1, 2**31, 2**31 + 16, -16]:
+            kind, hint = native_specialize_impl(BaseBackend, value, False, True, True)
+            expected = ("constexpr", "1") if kind == "constexpr" else (kind, hint)
+            assert plan.specialization_class(value) == expected, value
+
+
+def test_planner_imports_no_triton_or_torch():
+    code = "import sys, tileflip.plan; print(any(m in sys.modules for m in ('triton', 'torch')))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"

@@ -1,0 +1,252 @@
+"""tileflip.transpose: exact bits on adversarial shapes, strides and dtypes, and clear errors.
+
+The same cases run in Triton's interpreter on the CPU and natively, on every backend, on a GPU
+(marked ``gpu``). Outputs are poisoned before each call and compared bit for bit.
+"""
+
+import pytest
+import torch
+
+import tileflip
+from tileflip import dtypes
+from helpers import assert_bits_equal, bits, poisoned, random_bits
+
+from conftest import HAS_GPU
+
+# Named shapes, each with the pitfall it exposes.
+SHAPES = {
+    "seed_2x3": (2, 3),  # seed 002's worked example: output offsets 0, 2, 4
+    "seed_tail_31x65": (31, 65),  # seed 000: a tail in both dimensions, one program keeps a 31x1 region
+    "tail_65x31": (65, 31),  # the same, other orientation
+    "row_1xN": (1, 1000),
+    "col_Nx1": (1000, 1),
+    "single": (1, 1),
+    "primes_97x89": (97, 89),
+    "past_tile_m_65x64": (65, 64),  # one dimension past a tile, the other exact
+    "past_tile_n_64x65": (64, 65),
+    "seed_128x96": (128, 96),
+    "nonsquare_1024x512": (1024, 512),  # seed 002: the shape that catches col*N+row
+    "nonsquare_300x1030": (300, 1030),
+}
+
+GPU_BACKENDS = ["triton", "cuda-naive", "cuda-tiled", "cuda-tiled-nopad", "auto"]
+needs_interpreter = pytest.mark.skipif(HAS_GPU, reason="on a GPU machine the gpu-marked cases run these natively")
+
+
+def device_backends(cpu=("triton",), gpu=GPU_BACKENDS):
+    params = [pytest.param("cpu", b, id=f"cpu-{b}", marks=needs_interpreter) for b in cpu]
+    params += [pytest.param("cuda", b, id=f"cuda-{b}", marks=pytest.mark.gpu) for b in gpu]
+    return params
+
+
+ALL_DTYPES = sorted(dtypes.SUPPORTED, key=str)
+
+
+@pytest.mark.parametrize("device,backend", device_backends(cpu=("triton", "auto")))
+@pytest.mark.parametrize("name", list(SHAPES))
+def test_shapes(name, device, backend):
+    x = random_bits(SHAPES[name], torch.float32, device, seed=len(name))
+    out = poisoned(SHAPES[name][::-1], torch.float32, device)
+    result = tileflip.transpose(x, out, backend=backend)
+    assert result is out
+    assert_bits_equal(out, x.t())
+
+
+@pytest.mark.parametrize("device,backend", device_backends())
+@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=str)
+@pytest.mark.parametrize("shape", [(31, 65), (130, 67)], ids=str)
+def test_dtypes(dtype, shape, device, backend):
+    x = random_bits(shape, dtype, device, seed=3)
+    y = tileflip.transpose(x, backend=backend)
+    assert_bits_equal(y, x.t())
+
+
+def _views(device):
+    base = random_bits((96, 150), torch.float32, device, seed=7)
+    wide = random_bits((40, 70), torch.float32, device, seed=8)
+    return {
+        "transposed_view": base.t(),  # input stride (1, 150): the column-major case
+        "step_slices": base[1::3, ::2],  # strides (450, 2) and a storage offset
+        "storage_offset": base[5:70, 17:130],
+        "expanded_stride0": wide[:1].expand(33, 70),  # stride (0, 1): every row is the same memory
+        "expanded_both": torch.tensor([1.5], device=device).expand(17, 23),  # strides (0, 0)
+        "overlapping_rows": torch.as_strided(base, (50, 40), (3, 1)),  # rows overlap in memory: fine to read
+        "column_slice": base[:, 77:78],
+    }
+
+
+@pytest.mark.parametrize("device,backend", device_backends())
+@pytest.mark.parametrize("view", list(_views("cpu")))
+def test_strided_inputs(view, device, backend):
+    x = _views(device)[view]
+    out = poisoned((x.shape[1], x.shape[0]), x.dtype, device)
+    tileflip.transpose(x, out, backend=backend)
+    assert_bits_equal(out, x.t())
+
+
+@pytest.mark.parametrize("device,backend", device_backends())
+def test_strided_small_dtypes(device, backend):
+    for dtype in (torch.uint8, torch.bfloat16, torch.float64):
+        x = random_bits((90, 140), dtype, device, seed=11)[3::2, 5:]
+        assert_bits_equal(tileflip.transpose(x, backend=backend), x.t())
+
+
+@pytest.mark.parametrize("device,backend", device_backends())
+@pytest.mark.parametrize("shape", [(0, 5), (5, 0), (0, 0)], ids=str)
+def test_empty(shape, device, backend):
+    x = torch.empty(shape, device=device)
+    y = tileflip.transpose(x, backend=backend)
+    assert y.shape == shape[::-1] and y.is_contiguous()
+    out = torch.empty(shape[::-1], device=device)
+    assert tileflip.transpose(x, out, backend=backend) is out
+
+
+def test_cpu_backends_torch_path():
+    x = random_bits((31, 65), torch.bfloat16)
+    assert_bits_equal(tileflip.transpose(x, backend="torch"), x.t())
+
+
+# --------------------------------------------------------------------------------------------------
+# Bad input: a clear error naming the argument, and nothing written to out.
+# --------------------------------------------------------------------------------------------------
+
+
+def _refused(exc, match, x, out=None, **kwargs):
+    before = None if not isinstance(out, torch.Tensor) else bits(out).clone()
+    with pytest.raises(exc, match=match):
+        tileflip.transpose(x, out, **kwargs)
+    if before is not None:
+        assert torch.equal(bits(out), before), "a refused call wrote to out"
+
+
+class TestErrors:
+    def test_not_a_tensor(self):
+        _refused(TypeError, "x must be a torch.Tensor", [[1.0, 2.0]])
+
+    @pytest.mark.parametrize("shape", [(), (4,), (2, 3, 4)])
+    def test_not_2d(self, shape):
+        _refused(ValueError, "x must be 2-D", torch.ones(shape))
+
+    def test_16_byte_dtype(self):
+        _refused(TypeError, "x has the 16-byte dtype", torch.ones(3, 4, dtype=torch.complex128))
+
+    def test_packed_dtype(self):
+        x = torch.zeros(3, 4, dtype=torch.uint8).view(torch.float4_e2m1fn_x2)
+        _refused(TypeError, "x has the packed dtype", x)
+
+    def test_bad_backend(self):
+        _refused(ValueError, "backend must be one of", torch.ones(3, 4), backend="cublas")
+
+    def test_out_not_tensor(self):
+        _refused(TypeError, "out must be a torch.Tensor", torch.ones(3, 4), out=[0])
+
+    def test_out_wrong_shape(self):
+        _refused(ValueError, r"out must have shape \(4, 3\)", torch.ones(3, 4), out=poisoned((3, 4), torch.float32))
+
+    def test_out_wrong_dtype(self):
+        _refused(TypeError, "out must have dtype torch.float32", torch.ones(3, 4), out=poisoned((4, 3), torch.int32))
+
+    def test_out_not_contiguous(self):
+        out = poisoned((3, 4), torch.float32).t()
+        _refused(ValueError, "out must be contiguous", torch.ones(3, 4), out=out)
+
+    def test_out_overlaps_x(self):
+        buf = poisoned((64,), torch.float32)
+        x = buf[:12].view(3, 4)
+        _refused(ValueError, "out overlaps x", x, out=buf[6:18].view(4, 3))
+
+    def test_out_is_x(self):
+        x = random_bits((4, 4), torch.float32)
+        _refused(ValueError, "out overlaps x", x, out=x)
+
+    def test_cpu_tensor_to_cuda_backend(self):
+        out = poisoned((4, 3), torch.float32)
+        for backend in ("cuda-naive", "cuda-tiled", "cuda-tiled-nopad"):
+            _refused(ValueError, "needs a CUDA tensor", random_bits((3, 4), torch.float32), out=out, backend=backend)
+
+    @pytest.mark.gpu
+    def test_out_on_other_device(self):
+        x = random_bits((3, 4), torch.float32, "cuda")
+        _refused(ValueError, "out must be on cuda", x, out=poisoned((4, 3), torch.float32, "cpu"))
+
+    def test_meta_device(self):
+        _refused(ValueError, "x must be on a CPU or CUDA device", torch.empty(3, 4, device="meta"))
+
+
+def test_triton_cpu_without_interpreter_is_refused(tmp_path):
+    """Without TRITON_INTERPRET, backend='triton' refuses a CPU tensor and 'auto' falls back to torch."""
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "import torch, tileflip\n"
+        "x = torch.arange(12.).view(3, 4)\n"
+        "assert torch.equal(tileflip.transpose(x), x.t())\n"
+        "try:\n    tileflip.transpose(x, backend='triton')\nexcept ValueError as e:\n    print('refused:', e)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["CUDA_VISIBLE_DEVICES"] = ""
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "refused: backend='triton' got a CPU tensor" in result.stdout
+
+
+# --------------------------------------------------------------------------------------------------
+# Compilation: sm_90 without a GPU, and no new compile for new shapes of a known class (GPU).
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("element_size", [1, 2, 4, 8])
+def test_compiles_for_sm90_without_gpu(element_size):
+    from tileflip import tuning
+    from tileflip.kernels import triton_transpose
+
+    config = tuning.triton_config(element_size)
+    compiled = triton_transpose.compile_for_target(element_size, config, arch=90)
+    assert len(compiled.asm["cubin"]) > 0
+    # tl.trans goes through shared memory: the tile (padded or swizzled) must fit, and be reported.
+    shared = compiled.metadata.shared
+    print(f"{element_size}-byte {config}: shared memory {shared} B")
+    assert config.block_m * config.block_n * element_size <= shared <= 228 * 1024
+    assert compiled.metadata.num_warps == config.num_warps
+
+
+@pytest.mark.gpu
+def test_no_recompile_for_new_shapes_of_a_class():
+    """20 new shapes whose sizes and strides share Triton's specialization keys compile nothing new."""
+    import triton
+
+    from tileflip.kernels.triton_transpose import transpose_2d_kernel
+
+    compiles = []
+
+    def count(*args, **kwargs):
+        compiles.append(kwargs.get("key"))
+
+    tileflip.transpose(torch.ones(48, 80, device="cuda"), backend="triton")  # warm the class: i32, all D
+    old = triton.knobs.runtime.jit_post_compile_hook
+    triton.knobs.runtime.jit_post_compile_hook = count
+    try:
+        for k in range(20):
+            M, N = 16 * (k + 5), 16 * (3 * k + 7)
+            x = random_bits((M, N), torch.float32, "cuda", seed=k)
+            assert_bits_equal(tileflip.transpose(x, backend="triton"), x.t())
+    finally:
+        triton.knobs.runtime.jit_post_compile_hook = old
+    assert compiles == []
+    assert transpose_2d_kernel is not None
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("backend", ["triton", "cuda-naive", "cuda-tiled"])
+def test_past_int32_elements(backend):
+    """More than 2**31 elements: offsets must be 64-bit (int8, 2.1 GiB in and out)."""
+    M, N = 65537, 32769
+    assert M * N > 2**31
+    x = torch.randint(-128, 127, (M, N), dtype=torch.int8, device="cuda")
+    out = torch.full((N, M), 0x5A, dtype=torch.int8, device="cuda")
+    tileflip.transpose(x, out, backend=backend)
+    assert torch.equal(out, x.t())
+    del x, out
+    torch.cuda.empty_cache()
