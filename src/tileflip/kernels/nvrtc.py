@@ -36,11 +36,9 @@ class CudaError(RuntimeError):
     """A CUDA driver or NVRTC call failed; ``call``, ``code`` and ``error`` say which and how, ``log`` holds
     the NVRTC program log of a failed compilation (empty otherwise)."""
 
-    def __init__(self, call: str, code: int, error: str, detail: str = "", log: str = ""):
+    def __init__(self, call: str, code: int, error: str, log: str = ""):
         self.call, self.code, self.error, self.log = call, code, error, log
         message = f"{call} failed with {error} ({code})"
-        if detail:
-            message += f": {detail}"
         if log:
             message += f"\n--- NVRTC log ---\n{log}"
         super().__init__(message)

@@ -1,0 +1,264 @@
+"""``tileflip bench``: tileflip against a same-run device copy and the peers, as long-form JSON.
+
+Every figure is a device-event timing with L2 flushed (``triton.testing.do_bench``), the median of its
+repetitions, with the 20th and 80th percentiles kept as spread. Each case is measured in rounds: in
+every round the device-to-device copy of the same byte count is timed first, then every op, so the
+copy and the ops are interleaved and the fraction of copy compares figures of one run.
+
+Bytes moved (the byte formula of every GB/s here): ``2 * numel * element_size`` for a transpose, a
+read of each element and a write of each element, the same as the copy of that many bytes.
+
+Records (one per measurement): gpu, torch, triton, time, op, backend, shape, dtype, ms, gbps,
+copy_gbps, fraction_of_copy, run, plus round, ms_p20, ms_p80 and, for ``auto``, the backend it chose.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import os
+import statistics
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+SUITES = {
+    # The foundation's figure: the large square in fp32.
+    "square": {"shapes": [(16384, 16384)], "dtypes": ["float32"]},
+    "2d": {
+        "shapes": [
+            (16384, 16384), (8192, 8192), (8192, 8191), (65536, 256), (256, 65536),
+            (4096, 128), (2, 100000), (1024, 512), (31, 65),
+        ],
+        "dtypes": ["int8", "bfloat16", "float32", "float64"],
+    },
+    "2d-extra": {
+        "shapes": [(16384, 16384), (8192, 8191), (65536, 256)],
+        "dtypes": ["float8_e4m3fn", "float16", "int32", "complex64"],
+    },
+}  # fmt: skip
+
+TILEFLIP_BACKENDS = ["triton", "cuda-naive", "cuda-tiled", "cuda-tiled-nopad", "auto"]
+PEERS = ["torch-contiguous", "torch-copy", "torch-compile", "cupy", "xla"]
+
+
+@dataclass(frozen=True)
+class Case:
+    shape: tuple
+    dtype: str
+
+    @property
+    def label(self) -> str:
+        return f"{'x'.join(map(str, self.shape))} {self.dtype}"
+
+
+def suite_cases(name: str, part: str | None = None) -> list[Case]:
+    spec = SUITES[name]
+    cases = [Case(tuple(s), d) for d in spec["dtypes"] for s in spec["shapes"]]
+    if part:
+        k, n = (int(v) for v in part.split("/"))
+        cases = cases[k - 1 :: n]
+    return cases
+
+
+def _meta():
+    import torch
+    import triton
+
+    return {
+        "gpu": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "time": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+def _time(fn, quick: bool) -> tuple[float, float, float]:
+    """Median, 20th and 80th percentile of device time in ms (L2 flushed before each repetition)."""
+    from triton.testing import do_bench
+
+    times = sorted(do_bench(fn, warmup=10 if quick else 25, rep=40 if quick else 100, return_mode="all"))
+    q = statistics.quantiles(times, n=5) if len(times) > 1 else [times[0]] * 4
+    return statistics.median(times), q[0], q[3]
+
+
+def _make_input(case: Case, device="cuda"):
+    import torch
+
+    dtype = getattr(torch, case.dtype)
+    numel = case.shape[0] * case.shape[1]
+    size = torch.empty((), dtype=dtype).element_size()
+    raw = torch.randint(1, 255, (numel * size,), dtype=torch.uint8, device=device)
+    return raw.view(dtype).view(case.shape)
+
+
+def _cupy_fn(x, out):
+    import cupy
+
+    from tileflip.dtypes import as_uint
+
+    # CuPy has no bf16 or fp8: it moves the same bits as unsigned integers, as tileflip does.
+    a = cupy.asarray(as_uint(x))
+    o = cupy.asarray(as_uint(out))
+    return lambda: cupy.copyto(o, a.T)
+
+
+def op_functions(case: Case, x, out, backends):
+    """(backend, callable) pairs for one case; a peer that cannot run here is left out with a note."""
+    import torch
+
+    import tileflip
+
+    fns, notes = [], {}
+    for b in backends:
+        if b in TILEFLIP_BACKENDS:
+            fns.append((b, lambda b=b: tileflip.transpose(x, out, backend=b)))
+        elif b == "torch-contiguous":
+            fns.append((b, lambda: x.t().contiguous()))
+        elif b == "torch-copy":
+            fns.append((b, lambda: out.copy_(x.t())))
+        elif b == "torch-compile":
+            compiled = torch.compile(lambda t: t.t().contiguous(), dynamic=False)
+            fns.append((b, lambda: compiled(x)))
+        elif b == "cupy":
+            try:
+                fns.append((b, _cupy_fn(x, out)))
+            except ImportError as e:
+                notes[b] = f"not installed: {e}"
+    return fns, notes
+
+
+def run_xla(cases: list[Case], quick: bool) -> dict:
+    """JAX/XLA timings (ms) per case label, from a child process with preallocation off."""
+    env = dict(os.environ, XLA_PYTHON_CLIENT_PREALLOCATE="false")
+    payload = json.dumps({"cases": [[list(c.shape), c.dtype] for c in cases], "quick": quick})
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "tileflip.bench_xla"], input=payload, capture_output=True, text=True, env=env,
+            timeout=600,
+        )
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return {"error": str(e)}
+    if proc.returncode != 0:
+        return {"error": proc.stderr[-2000:]}
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def measure(cases: list[Case], backends: list[str], rounds: int, quick: bool, log=print) -> list[dict]:
+    import torch
+
+    from tileflip import tuning
+
+    meta = _meta()
+    run_id = meta["time"]
+    records = []
+    xla = run_xla(cases, quick) if "xla" in backends else {}
+    if "error" in xla:
+        log(f"xla: left out ({xla['error'].strip().splitlines()[-1] if xla['error'].strip() else 'failed'})")
+    for i, case in enumerate(cases):
+        x = _make_input(case)
+        out = torch.empty(case.shape[::-1], dtype=x.dtype, device="cuda")
+        src = torch.empty(x.numel() * x.element_size(), dtype=torch.uint8, device="cuda")
+        dst = torch.empty_like(src)
+        nbytes = 2 * x.numel() * x.element_size()
+        fns, notes = op_functions(case, x, out, [b for b in backends if b != "xla"])
+        for b, note in notes.items():
+            log(f"  {b}: {note}")
+        chosen = tuning.auto_backend(x)
+        for r in range(rounds):
+            copy_ms, c20, c80 = _time(lambda: dst.copy_(src), quick)
+            copy_gbps = nbytes / copy_ms / 1e6
+            row = dict(meta, op="copy", backend="copy", shape=list(case.shape), dtype=case.dtype, ms=copy_ms,
+                       ms_p20=c20, ms_p80=c80, gbps=copy_gbps, copy_gbps=copy_gbps, fraction_of_copy=1.0,
+                       run=run_id, round=r)  # fmt: skip
+            records.append(row)
+            timed = [(b, *_time(fn, quick)) for b, fn in fns]
+            if case.label in xla.get("ms", {}):
+                timed.append(("xla", xla["ms"][case.label], None, None))
+            for b, ms, p20, p80 in timed:
+                gbps = nbytes / ms / 1e6
+                rec = dict(row, op="transpose", backend=b, ms=ms, ms_p20=p20, ms_p80=p80, gbps=gbps,
+                           fraction_of_copy=gbps / copy_gbps)  # fmt: skip
+                if b == "auto":
+                    rec["auto_choice"] = chosen
+                records.append(rec)
+        log(f"[{i + 1}/{len(cases)}] {case.label}: " + summary_line(records, case))
+        del x, out, src, dst
+        torch.cuda.empty_cache()
+    return records
+
+
+def medians(records: list[dict]) -> dict:
+    """{(shape, dtype, backend): (median ms, median GB/s, median fraction of copy)} over rounds."""
+    groups: dict = {}
+    for r in records:
+        groups.setdefault((tuple(r["shape"]), r["dtype"], r["backend"]), []).append(r)
+    return {
+        k: (statistics.median(v["ms"] for v in rs), statistics.median(v["gbps"] for v in rs),
+            statistics.median(v["fraction_of_copy"] for v in rs))
+        for k, rs in groups.items()
+    }  # fmt: skip
+
+
+def summary_line(records: list[dict], case: Case) -> str:
+    med = medians([r for r in records if tuple(r["shape"]) == case.shape and r["dtype"] == case.dtype])
+    parts = [f"{b} {f:.0%}" for (s, d, b), (_, _, f) in med.items() if b != "copy"]
+    copy = med.get((case.shape, case.dtype, "copy"))
+    return (f"copy {copy[1]:.0f} GB/s; " if copy else "") + ", ".join(parts)
+
+
+def table(records: list[dict]) -> str:
+    med = medians(records)
+    cases = sorted({(s, d) for s, d, _ in med}, key=lambda c: (c[1], -c[0][0] * c[0][1]))
+    backends = [b for b in ["copy", *TILEFLIP_BACKENDS, *PEERS] if any(k[2] == b for k in med)]
+    head = f"{'shape':>12} {'dtype':<14}" + "".join(f"{b:>18}" for b in backends)
+    lines = [head, "-" * len(head)]
+    for s, d in cases:
+        cells = []
+        for b in backends:
+            v = med.get((s, d, b))
+            cells.append(f"{v[1]:>8.0f} {v[2]:>6.1%}   " if v else f"{'-':>18}")
+        lines.append(f"{'x'.join(map(str, s)):>12} {d:<14}" + "".join(f"{c:>18}" for c in cells))
+    lines.append("each cell: GB/s (read + write bytes) and fraction of the same-run copy; medians over rounds")
+    return "\n".join(lines)
+
+
+def write(records: list[dict], suite: str, out_dir: str) -> Path:
+    gpu = records[0]["gpu"].replace("NVIDIA ", "").replace(" ", "-").lower()
+    date = records[0]["time"][:10]
+    path = Path(out_dir) / f"{gpu}-{date}-{suite}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(records, indent=1))
+    return path
+
+
+def cli(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="tileflip bench", description=__doc__.split("\n\n")[0])
+    p.add_argument("--suite", default="2d", choices=sorted(SUITES))
+    p.add_argument("--part", default=None, help="K/N: run every N-th case starting at K (split a long suite)")
+    p.add_argument("--quick", action="store_true", help="shorter repetitions (fits one 10-minute call)")
+    p.add_argument("--rounds", type=int, default=3, help="interleaved rounds per case (default 3)")
+    p.add_argument("--backends", default=",".join(TILEFLIP_BACKENDS + PEERS), help="comma-separated")
+    p.add_argument("--out", default="benchmarks/results", help="folder for the JSON")
+    p.add_argument("--plot", metavar="FILE.json", help="draw PNG plots from a results file and exit")
+    args = p.parse_args(argv)
+    if args.plot:
+        from tileflip import plots
+
+        for path in plots.draw(args.plot):
+            print(path)
+        return 0
+    import torch
+
+    if not torch.cuda.is_available():
+        print("tileflip bench needs a CUDA GPU (use --plot FILE.json to draw committed results)", file=sys.stderr)
+        return 2
+    cases = suite_cases(args.suite, args.part)
+    records = measure(cases, args.backends.split(","), args.rounds, args.quick,
+                      log=lambda m: print(m, file=sys.stderr, flush=True))  # fmt: skip
+    print(table(records))
+    path = write(records, args.suite if not args.part else f"{args.suite}-part{args.part.replace('/', 'of')}", args.out)
+    print(f"wrote {path}")
+    return 0

@@ -1,0 +1,59 @@
+"""The benchmark's reporting: medians, table and plots drawn from a results file (no GPU needed)."""
+
+import json
+import subprocess
+import sys
+
+from tileflip import bench, plots
+
+
+def _records():
+    rows = []
+    for r, (copy_ms, tri_ms) in enumerate([(1.0, 1.10), (1.02, 1.05), (0.98, 1.2)]):
+        base = {"gpu": "NVIDIA H200", "torch": "2.11", "triton": "3.6.0", "time": "2026-11-30T00:00:00+00:00",
+                "shape": [1024, 512], "dtype": "float32", "run": "t", "round": r}  # fmt: skip
+        nbytes = 2 * 1024 * 512 * 4
+        copy_gbps = nbytes / copy_ms / 1e6
+        rows.append(dict(base, op="copy", backend="copy", ms=copy_ms, gbps=copy_gbps, copy_gbps=copy_gbps,
+                         fraction_of_copy=1.0))  # fmt: skip
+        gbps = nbytes / tri_ms / 1e6
+        rows.append(dict(base, op="transpose", backend="triton", ms=tri_ms, gbps=gbps, copy_gbps=copy_gbps,
+                         fraction_of_copy=gbps / copy_gbps))  # fmt: skip
+    return rows
+
+
+def test_medians_over_rounds():
+    med = bench.medians(_records())
+    ms, _, frac = med[((1024, 512), "float32", "triton")]
+    assert ms == 1.10
+    assert abs(frac - 1.0 / 1.10) < 0.01  # median of 1/1.10, 1.02/1.05, 0.98/1.2
+
+
+def test_table_and_plot(tmp_path):
+    text = bench.table(_records())
+    assert "1024x512" in text and "triton" in text and "copy" in text
+    path = tmp_path / "h200-2026-11-30-test.json"
+    path.write_text(json.dumps(_records()))
+    pngs = plots.draw(str(path))
+    assert len(pngs) == 1
+    with open(pngs[0], "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_suite_parts_split_the_suite():
+    whole = bench.suite_cases("2d")
+    parts = [c for k in (1, 2, 3) for c in bench.suite_cases("2d", f"{k}/3")]
+    assert sorted(parts, key=str) == sorted(whole, key=str)
+
+
+def test_bench_refuses_without_gpu():
+    code = "import sys; from tileflip.cli import main; sys.exit(main(['bench', '--quick']))"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={"CUDA_VISIBLE_DEVICES": "", "PATH": "/usr/bin:/bin", **_pythonpath()})  # fmt: skip
+    assert proc.returncode == 2 and "needs a CUDA GPU" in proc.stderr
+
+
+def _pythonpath():
+    import os
+
+    return {"PYTHONPATH": os.environ["PYTHONPATH"]} if "PYTHONPATH" in os.environ else {}

@@ -1,0 +1,219 @@
+"""The CUDA C++ backend without a GPU: its .cu file compiles for sm_90 with NVRTC (through tileflip's
+loader) and with nvcc, the cubins hold every kernel, and the NVRTC disk cache and errors behave."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+try:
+    import tileflip  # noqa: F401
+except ImportError:  # running from a checkout without installing the package
+    sys.path.insert(0, str(SRC))
+
+pytest.importorskip("cuda.bindings", reason="the CUDA backend needs cuda-python: pip install 'tileflip[cuda]'")
+
+from tileflip.kernels import cuda_transpose, nvrtc  # noqa: E402
+
+ARCH = 90
+ITEMSIZE = {f"u{bits}": bits // 8 for bits in cuda_transpose.ELEMENT_BITS}
+
+
+# ---------------------------------------------------------------------------------------------------
+# A minimal ELF64 reader: cuobjdump is not part of every toolkit install, the ELF layout always is.
+# ---------------------------------------------------------------------------------------------------
+
+EM_CUDA = 190
+SHT_SYMTAB = 2
+STT_FUNC = 2
+STB_GLOBAL = 1
+
+
+def _sections(elf: bytes) -> list[tuple[str, int, int, int, int]]:
+    """(name, type, offset, size, link) of every section header."""
+    assert elf[:4] == b"\x7fELF" and elf[4] == 2, "not a 64-bit ELF file"
+    (shoff,) = struct.unpack_from("<Q", elf, 40)
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", elf, 58)
+    headers = [struct.unpack_from("<IIQQQQIIQQ", elf, shoff + i * shentsize) for i in range(shnum)]
+    names_at = headers[shstrndx][4]
+    return [(_cstr(elf, names_at + h[0]), h[1], h[4], h[5], h[6]) for h in headers]
+
+
+def _cstr(elf: bytes, start: int) -> str:
+    return elf[start : elf.index(b"\0", start)].decode()
+
+
+def global_functions(elf: bytes) -> set[str]:
+    """Names of the global function symbols (the kernel entry points) of a cubin."""
+    sections = _sections(elf)
+    _, _, sym_off, sym_size, strtab = next(s for s in sections if s[1] == SHT_SYMTAB)
+    str_off = sections[strtab][2]
+    names = set()
+    for off in range(sym_off, sym_off + sym_size, 24):
+        st_name, st_info = struct.unpack_from("<IB", elf, off)
+        if st_info >> 4 == STB_GLOBAL and st_info & 0xF == STT_FUNC:
+            names.add(_cstr(elf, str_off + st_name))
+    return names
+
+
+def cubin_arch(elf: bytes) -> int:
+    """The SM version a cubin targets, from e_flags (its field moved with ELF ABI version 8, CUDA 12.x)."""
+    assert struct.unpack_from("<H", elf, 18)[0] == EM_CUDA, "not a CUDA ELF file"
+    (flags,) = struct.unpack_from("<I", elf, 48)
+    return (flags >> 8) & 0xFF if elf[8] >= 8 else flags & 0xFF
+
+
+def static_shared_bytes(elf: bytes, kernel: str) -> int:
+    return sum(s[3] for s in _sections(elf) if s[0] == f".nv.shared.{kernel}")
+
+
+def check_cubin(elf: bytes) -> None:
+    assert cubin_arch(elf) == ARCH
+    assert global_functions(elf) == set(cuda_transpose.kernel_names())
+    for suffix, itemsize in ITEMSIZE.items():
+        assert static_shared_bytes(elf, f"transpose_naive_{suffix}") == 0
+        padded = static_shared_bytes(elf, f"transpose_tiled_{suffix}")
+        unpadded = static_shared_bytes(elf, f"transpose_tiled_nopad_{suffix}")
+        # Both tiles are 32 x 32 elements; the padded one has one more column of 32 elements.
+        assert unpadded >= 32 * 32 * itemsize
+        assert padded - unpadded == 32 * itemsize
+
+
+# ---------------------------------------------------------------------------------------------------
+# Compilation of the real kernels
+# ---------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def nvrtc_cubin() -> bytes:
+    cubins = cuda_transpose.compile_cubin(ARCH, use_cache=False)
+    assert list(cubins) == ["transpose.cu"]
+    return cubins["transpose.cu"]
+
+
+def test_kernel_names_cover_every_variant_and_size():
+    names = cuda_transpose.kernel_names()
+    assert len(names) == len(set(names)) == 3 * 4
+    assert "transpose_naive_u32" in names and "transpose_tiled_nopad_u8" in names
+
+
+@pytest.mark.parametrize("name", cuda_transpose.kernel_names())
+def test_nvrtc_cubin_has_kernel(nvrtc_cubin, name):
+    assert len(nvrtc_cubin) > 0
+    assert name in global_functions(nvrtc_cubin)
+
+
+def test_nvrtc_cubin_layout(nvrtc_cubin):
+    check_cubin(nvrtc_cubin)
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH (the NVRTC tests still ran)")
+def test_nvcc_compiles_every_kernel(tmp_path):
+    out = tmp_path / "transpose.cubin"
+    cmd = ["nvcc", "-cubin", f"-arch=sm_{ARCH}", "-std=c++17", "-Werror", "all-warnings", "-o", str(out)]
+    result = subprocess.run([*cmd, str(cuda_transpose.CU_FILE)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+    check_cubin(out.read_bytes())
+
+
+# ---------------------------------------------------------------------------------------------------
+# Disk cache and errors, on a tiny .cu file so that NVRTC takes milliseconds
+# ---------------------------------------------------------------------------------------------------
+
+TINY = 'extern "C" __global__ void tiny(int* p) { p[threadIdx.x] = threadIdx.x; }\n'
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch) -> Path:
+    monkeypatch.setenv("TILEFLIP_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path / "cache" / "cuda"
+
+
+@pytest.fixture
+def tiny_cu(tmp_path) -> Path:
+    path = tmp_path / "tiny.cu"
+    path.write_text(TINY)
+    return path
+
+
+def _no_nvrtc(*args, **kwargs):
+    raise AssertionError("NVRTC was called although the cubin is in the disk cache")
+
+
+def test_disk_cache_written_by_another_process_is_reused(cache, tiny_cu, monkeypatch):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(SRC), os.environ.get("PYTHONPATH")])))
+    code = f"from tileflip.kernels import nvrtc; nvrtc.compile_cubin({str(tiny_cu)!r}, {ARCH})"
+    subprocess.run([sys.executable, "-c", code], env=env, check=True)
+    files = list(cache.glob("*.cubin"))
+    assert len(files) == 1 and not list(cache.glob("*.tmp"))
+
+    monkeypatch.setattr(nvrtc, "_nvrtc_compile", _no_nvrtc)
+    cubin = nvrtc.compile_cubin(tiny_cu, ARCH)
+    assert cubin == files[0].read_bytes()
+    assert global_functions(cubin) == {"tiny"}
+
+
+def test_cache_key_covers_arch_source_and_options(cache, tiny_cu):
+    source = tiny_cu.read_bytes()
+    key = nvrtc.cache_key(source, "tiny.cu", nvrtc.compile_options(ARCH))
+    assert len(key) == 64
+    assert key == nvrtc.cache_key(source, "tiny.cu", nvrtc.compile_options(ARCH))
+    assert key != nvrtc.cache_key(source, "tiny.cu", nvrtc.compile_options(80))
+    assert key != nvrtc.cache_key(source + b"\n", "tiny.cu", nvrtc.compile_options(ARCH))
+    assert key != nvrtc.cache_key(source, "tiny.cu", nvrtc.compile_options(ARCH, ["-lineinfo"]))
+
+    sm90 = nvrtc.compile_cubin(tiny_cu, ARCH)
+    sm80 = nvrtc.compile_cubin(tiny_cu, 80)
+    assert (cubin_arch(sm90), cubin_arch(sm80)) == (90, 80)
+    assert sorted(p.name for p in cache.glob("*.cubin")) == sorted(
+        f"{nvrtc.cache_key(source, 'tiny.cu', nvrtc.compile_options(a))}.cubin" for a in (ARCH, 80)
+    )
+
+
+def test_corrupt_cache_file_is_recompiled(cache, tiny_cu):
+    good = nvrtc.compile_cubin(tiny_cu, ARCH)
+    (target,) = cache.glob("*.cubin")
+    target.write_bytes(b"garbage")
+    assert nvrtc.compile_cubin(tiny_cu, ARCH) == good
+    assert target.read_bytes() == good
+
+
+def test_compile_error_reports_call_and_log(cache, tmp_path):
+    broken = tmp_path / "broken.cu"
+    broken.write_text('extern "C" __global__ void broken(int* p) { p[0] = no_such_variable; }\n')
+    with pytest.raises(nvrtc.CudaError) as info:
+        nvrtc.compile_cubin(broken, ARCH)
+    message = str(info.value)
+    assert "nvrtcCompileProgram" in message and "NVRTC_ERROR_COMPILATION" in message
+    assert "no_such_variable" in info.value.log and info.value.log in message
+    assert isinstance(info.value, RuntimeError)
+    assert not cache.exists() or not list(cache.iterdir())
+
+
+def test_unsupported_arch_is_a_cuda_error(cache, tiny_cu):
+    with pytest.raises(nvrtc.CudaError, match="nvrtcCompileProgram"):
+        nvrtc.compile_cubin(tiny_cu, 11)
+
+
+def test_modules_import_without_cuda_python():
+    # A None entry in sys.modules makes any import of the package fail, as if it were not installed.
+    code = (
+        "import sys; sys.modules['cuda'] = None\n"
+        "from tileflip.kernels import cuda_transpose, nvrtc\n"
+        "try:\n"
+        "    cuda_transpose.compile_cubin(90)\n"
+        "except ImportError as exc:\n"
+        "    assert 'tileflip[cuda]' in str(exc), exc\n"
+        "else:\n"
+        "    raise AssertionError('no ImportError')\n"
+    )
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(SRC), os.environ.get("PYTHONPATH")])))
+    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
