@@ -28,8 +28,6 @@ GEOMETRY = {
     "tiled_nopad": (32, 32, (32, 8, 1)),
 }
 
-_SUFFIX = {torch.uint8: "u8", torch.uint16: "u16", torch.uint32: "u32", torch.uint64: "u64"}
-
 # (in, out, M, N, sxm, sxn, grid_n): the C signature shared by every kernel of transpose.cu.
 _ARG_TYPES = (ctypes.c_void_p, ctypes.c_void_p) + (ctypes.c_longlong,) * 5
 
@@ -69,7 +67,7 @@ def launch(x: torch.Tensor, out: torch.Tensor, variant: str) -> None:
     # which runs in the current context) belongs to it even when another device is PyTorch's current one.
     with torch.cuda.device(device):
         nvrtc.ensure_context(device)
-        kernel = nvrtc.get_kernel(CU_FILE, f"transpose_{variant}_{_SUFFIX[x.dtype]}", device, _arch(device))
+        kernel = nvrtc.get_kernel(CU_FILE, kernel_name(variant, 8 * x.element_size()), device, _arch(device))
         stream = torch.cuda.current_stream().cuda_stream
         args = (x.data_ptr(), out.data_ptr(), M, N, sxm, sxn, grid.grid_n)
         nvrtc.launch(kernel, grid.launch, block, stream, (args, _ARG_TYPES))

@@ -212,7 +212,4 @@ def launch(kernel, grid: tuple[int, int, int], block: tuple[int, int, int], stre
     parameter buffer, without building one ctypes object per argument in Python.
     """
     driver, _ = _bindings()
-    _check(
-        "cuLaunchKernel",
-        driver.cuLaunchKernel(kernel, *grid, *block, 0, stream, args, 0),
-    )
+    _check("cuLaunchKernel", driver.cuLaunchKernel(kernel, *grid, *block, 0, stream, args, 0))
