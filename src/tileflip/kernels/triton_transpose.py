@@ -8,7 +8,8 @@ The kernel is the seed lesson's tile transpose made production-ready:
   divisible by 16 carries that hint. We keep that bounded set on purpose: ``stride_xn == 1`` is what
   lets the compiler vectorize the row loads, and divisibility by 16 of ``N``, ``M`` and the strides
   is what lets masked accesses stay vectorized. A class of shapes is therefore the tuple of those
-  keys, and 20 new shapes of one class reuse one compiled kernel.
+  keys over (M, N, stride_xm, stride_xn, stride_om), and 20 new shapes of one class reuse one
+  compiled kernel. ``grid_n`` (tiles per row, used only to decode the program id) is not specialized.
 * offsets are computed in int64 (the program's tile origin is cast before multiplying), so tensors
   past 2**31 elements index correctly;
 * the grid is 1-D (``tileflip.plan.transpose_grid``): gridDim.y and gridDim.z stay 1 for any shape.
@@ -22,7 +23,9 @@ import triton.language as tl
 from tileflip.plan import transpose_grid
 
 
-@triton.jit
+# grid_n only decodes the program id: its divisibility buys nothing, and leaving it specialized would
+# compile a new kernel whenever the number of column tiles happens to be 1 or a multiple of 16.
+@triton.jit(do_not_specialize=["grid_n"])
 def transpose_2d_kernel(
     x_ptr,
     out_ptr,

@@ -30,10 +30,14 @@ constexpr int NAIVE_TILE = 16;
 constexpr int TILE = 32;
 constexpr int TILE_ROWS = 8;
 
+// 32-bit division: blockIdx.x < 2^31 and grid_n < 2^31, and a 64-bit divide costs dozens of
+// instructions per block, measurable in a kernel that does little else.
 __device__ __forceinline__ void tile_of_block(tf_i64 grid_n, tf_i64& tile_m, tf_i64& tile_n) {
-    const tf_i64 b = blockIdx.x;
-    tile_m = b / grid_n;
-    tile_n = b - tile_m * grid_n;
+    const unsigned b = blockIdx.x;
+    const unsigned gn = static_cast<unsigned>(grid_n);
+    const unsigned tm = b / gn;
+    tile_m = tm;
+    tile_n = b - tm * gn;
 }
 
 template <typename T>
@@ -59,6 +63,7 @@ template <typename T, int PAD>
 __device__ __forceinline__ void transpose_tiled(const T* __restrict__ in, T* __restrict__ out, tf_i64 M, tf_i64 N,
                                                 tf_i64 sxm, tf_i64 sxn, tf_i64 grid_n) {
     __shared__ T tile[TILE][TILE + PAD];
+    constexpr int PER_THREAD = TILE / TILE_ROWS;
 
     tf_i64 tile_m, tile_n;
     tile_of_block(grid_n, tile_m, tile_n);
@@ -67,37 +72,43 @@ __device__ __forceinline__ void transpose_tiled(const T* __restrict__ in, T* __r
     const int tx = threadIdx.x;
     const int ty = threadIdx.y;
 
-    // Load: a warp (fixed ty) reads 32 consecutive columns of one input row. The values go through
-    // registers first so that the thread's 4 global loads are all in flight before the first one has
-    // to land in shared memory.
-    constexpr int PER_THREAD = TILE / TILE_ROWS;
-    const tf_i64 col = col0 + tx;
-    if (col < N) {
-        const T* src = in + col * sxn;
-        T v[PER_THREAD];
+    // Load: a warp (fixed ty) reads 32 consecutive columns of one input row; output row col0 + c holds
+    // input column col0 + c, read back from a tile column, so the store is coalesced too. The values
+    // go through registers first so that a thread's 4 global loads are all in flight before the first
+    // has to land in shared memory.
+    const T* src = in + (row0 + ty) * sxm + (col0 + tx) * sxn;
+    T* dst = out + (col0 + ty) * M + (row0 + tx);
+    T v[PER_THREAD];
+
+    // Interior tiles (all but the last row and column of tiles) need no bounds checks; the test is
+    // uniform over the block, so the barrier inside either branch is reached by every thread.
+    if (row0 + TILE <= M && col0 + TILE <= N) {
 #pragma unroll
-        for (int i = 0; i < PER_THREAD; ++i) {
-            const tf_i64 row = row0 + ty + i * TILE_ROWS;
-            if (row < M) v[i] = src[row * sxm];
-        }
+        for (int i = 0; i < PER_THREAD; ++i) v[i] = src[i * TILE_ROWS * sxm];
 #pragma unroll
-        for (int i = 0; i < PER_THREAD; ++i) {
-            if (row0 + ty + i * TILE_ROWS < M) tile[ty + i * TILE_ROWS][tx] = v[i];
-        }
+        for (int i = 0; i < PER_THREAD; ++i) tile[ty + i * TILE_ROWS][tx] = v[i];
+        __syncthreads();
+#pragma unroll
+        for (int i = 0; i < PER_THREAD; ++i) dst[i * TILE_ROWS * M] = tile[tx][ty + i * TILE_ROWS];
+        return;
+    }
+
+    const bool col_in = col0 + tx < N;
+#pragma unroll
+    for (int i = 0; i < PER_THREAD; ++i) {
+        if (col_in && row0 + ty + i * TILE_ROWS < M) v[i] = src[i * TILE_ROWS * sxm];
+    }
+#pragma unroll
+    for (int i = 0; i < PER_THREAD; ++i) {
+        if (col_in && row0 + ty + i * TILE_ROWS < M) tile[ty + i * TILE_ROWS][tx] = v[i];
     }
     __syncthreads();
-
-    // Store: a warp writes 32 consecutive columns of one output row, i.e. output row col0 + c holds
-    // input column col0 + c, read back from a tile column. Slots skipped by the load's mask are
-    // exactly the ones this mask skips, so uninitialised shared memory is never written out.
-    const tf_i64 out_col = row0 + tx;
-    if (out_col < M) {
-        T* dst = out + out_col;
+    // Slots skipped by the load's mask are exactly the ones this mask skips, so uninitialised shared
+    // memory is never written out.
+    if (row0 + tx < M) {
 #pragma unroll
         for (int i = 0; i < PER_THREAD; ++i) {
-            const int c = ty + i * TILE_ROWS;
-            const tf_i64 out_row = col0 + c;
-            if (out_row < N) dst[out_row * M] = tile[tx][c];
+            if (col0 + ty + i * TILE_ROWS < N) dst[i * TILE_ROWS * M] = tile[tx][ty + i * TILE_ROWS];
         }
     }
 }
