@@ -134,3 +134,14 @@ def test_planner_imports_no_triton_or_torch():
     code = "import sys, tileflip.plan; print(any(m in sys.modules for m in ('triton', 'torch')))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+@pytest.mark.parametrize("group_m", [1, 2, 3, 8])
+@pytest.mark.parametrize("M,N", [(31, 65), (200, 70), (1000, 33)])
+def test_grouped_order_visits_every_tile_once(M, N, group_m):
+    grid = plan.transpose_grid(M, N, 16, 32, group_m)
+    tiles = [grid.tile_of(pid) for pid in range(grid.programs)]
+    assert sorted(tiles) == [(m, n) for m in range(grid.grid_m) for n in range(grid.grid_n)]
+    if group_m > 1 and grid.grid_m >= group_m:
+        # consecutive programs go down a band of group_m tile rows before moving right
+        assert [t[0] for t in tiles[:group_m]] == list(range(group_m))

@@ -256,3 +256,32 @@ def test_past_int32_elements(backend):
     assert torch.equal(out, x.t())
     del x, out
     torch.cuda.empty_cache()
+
+
+@pytest.mark.parametrize("device,backend", device_backends(gpu=("triton",)))
+@pytest.mark.parametrize("group_m", [1, 3, 8])
+def test_program_orders(group_m, device, backend):
+    """Every program order of the kernel (rows of tiles, or bands of group_m tile rows) is exact."""
+    from tileflip.kernels import triton_transpose
+    from tileflip.tuning import TileConfig
+
+    x = random_bits((200, 130), torch.int16, device, seed=group_m)[:, 1:]
+    out = poisoned((129, 200), torch.int16, device)
+    triton_transpose.launch(x, out, TileConfig(32, 64, 4, group_m))
+    assert_bits_equal(out, x.t())
+
+
+@pytest.mark.gpu
+def test_fast_path_reuses_the_compiled_kernel():
+    """The second call of a class goes through the cached launcher, with exact results."""
+    from tileflip.kernels import triton_transpose
+
+    x = random_bits((96, 160), torch.bfloat16, "cuda", seed=5)
+    tileflip.transpose(x, backend="triton")
+    held = triton_transpose.launches_compiled()
+    for k in range(3):
+        y = random_bits((96 + 16 * k, 160), torch.float16, "cuda", seed=k)  # same element size and class
+        out = poisoned((160, 96 + 16 * k), torch.float16, "cuda")
+        tileflip.transpose(y, out, backend="triton")
+        assert_bits_equal(out, y.t())
+    assert triton_transpose.launches_compiled() == held

@@ -234,9 +234,118 @@ def write(records: list[dict], suite: str, out_dir: str) -> Path:
     return path
 
 
+def _host_us(fn, calls: int) -> float:
+    """Host time per call: many calls queued back to back, one synchronize (the GPU is never the limit
+    for these small cases, so this is what a caller waits for)."""
+    import time
+
+    import torch
+
+    fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t0) / calls * 1e6
+
+
+HOST_SHAPES = [(31, 65), (1024, 512)]
+
+
+def measure_host(rounds: int, log=print) -> list[dict]:
+    """Host time per call of small transposes, tileflip beside torch, and where tileflip's time goes."""
+    import torch
+
+    import tileflip
+    from tileflip import ops, tuning
+    from tileflip.kernels import cuda_transpose, triton_transpose
+
+    meta = _meta()
+    records = []
+    for shape in HOST_SHAPES:
+        x = _make_input(Case(shape, "float32"))
+        out = torch.empty(shape[::-1], device="cuda")
+        config = tuning.triton_config(4, shape)
+        N, M = shape[::-1]
+
+        def checks():
+            ops.check_input(x)
+            ops.resolve_backend(x, "auto")
+            ops.check_out(x, out, (N, M))
+
+        fns = {
+            "torch-copy: out.copy_(x.t())": lambda: out.copy_(x.t()),
+            "torch-contiguous: x.t().contiguous()": lambda: x.t().contiguous(),
+            "tileflip: transpose(x, out=out)": lambda: tileflip.transpose(x, out),
+            "tileflip: transpose(x)": lambda: tileflip.transpose(x),
+            "tileflip triton: transpose(x, out=out)": lambda: tileflip.transpose(x, out, backend="triton"),
+            "tileflip cuda-tiled: transpose(x, out=out)": lambda: tileflip.transpose(x, out, backend="cuda-tiled"),
+            "part: argument checks": checks,
+            "part: allocation torch.empty": lambda: torch.empty((N, M), device="cuda"),
+            "part: triton launch (fast path)": lambda: triton_transpose.launch(x, out, config),
+            "part: cuda launch (cuLaunchKernel)": lambda: cuda_transpose.launch(x, out, "tiled"),
+            "reference: empty Python call": lambda: None,
+        }
+        for r in range(rounds):
+            for name, fn in fns.items():
+                us = _host_us(fn, 2000)
+                records.append(dict(meta, op="host", backend=name, shape=list(shape), dtype="float32", us=us,
+                                    run=meta["time"], round=r))  # fmt: skip
+        log(f"host {shape}: " + ", ".join(
+            f"{k.split(':')[0]} {statistics.median(v['us'] for v in records if v['backend'] == k and v['shape'] == list(shape)):.1f}us"
+            for k in fns))  # fmt: skip
+    records += measure_new_shapes(meta)
+    return records
+
+
+def measure_new_shapes(meta) -> list[dict]:
+    """20 new shapes of one known class: compilations counted, host time of each first call."""
+    import time
+
+    import torch
+    import triton
+
+    import tileflip
+
+    compiles = []
+    old = triton.knobs.runtime.jit_post_compile_hook
+    tileflip.transpose(torch.ones(48, 80, device="cuda"), backend="triton")
+    triton.knobs.runtime.jit_post_compile_hook = lambda *a, **k: compiles.append(1)
+    firsts = []
+    try:
+        for k in range(20):
+            x = torch.ones(16 * (k + 5), 16 * (3 * k + 7), device="cuda")
+            out = torch.empty(x.shape[::-1], device="cuda")
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            tileflip.transpose(x, out, backend="triton")
+            firsts.append((time.perf_counter() - t0) * 1e6)
+    finally:
+        triton.knobs.runtime.jit_post_compile_hook = old
+    return [dict(meta, op="new-shapes", backend="triton", shape=None, dtype="float32", compiles=len(compiles),
+                 first_call_us=firsts, run=meta["time"])]  # fmt: skip
+
+
+def host_table(records: list[dict]) -> str:
+    rows = {}
+    for r in records:
+        if r["op"] == "host":
+            rows.setdefault((tuple(r["shape"]), r["backend"]), []).append(r["us"])
+    lines = [f"{'shape':>10}  {'us per call (median of rounds)':>10}  call"]
+    for (shape, name), us in rows.items():
+        lines.append(f"{'x'.join(map(str, shape)):>10}  {statistics.median(us):>10.2f}  {name}")
+    for r in records:
+        if r["op"] == "new-shapes":
+            lines.append(f"20 new shapes of a known class: {r['compiles']} compilations, first-call host time "
+                         f"max {max(r['first_call_us']):.0f} us, median {statistics.median(r['first_call_us']):.0f} us")  # fmt: skip
+    return "\n".join(lines)
+
+
 def cli(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="tileflip bench", description=__doc__.split("\n\n")[0])
-    p.add_argument("--suite", default="2d", choices=sorted(SUITES))
+    p.add_argument("--suite", default="2d", choices=sorted(SUITES) + ["host"],
+                   help="a shape suite, or 'host' for host time per call of small cases")  # fmt: skip
     p.add_argument("--part", default=None, help="K/N: run every N-th case starting at K (split a long suite)")
     p.add_argument("--quick", action="store_true", help="shorter repetitions (fits one 10-minute call)")
     p.add_argument("--rounds", type=int, default=3, help="interleaved rounds per case (default 3)")
@@ -255,9 +364,14 @@ def cli(argv: list[str]) -> int:
     if not torch.cuda.is_available():
         print("tileflip bench needs a CUDA GPU (use --plot FILE.json to draw committed results)", file=sys.stderr)
         return 2
+    log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
+    if args.suite == "host":
+        records = measure_host(args.rounds, log)
+        print(host_table(records))
+        print(f"wrote {write(records, 'host', args.out)}")
+        return 0
     cases = suite_cases(args.suite, args.part)
-    records = measure(cases, args.backends.split(","), args.rounds, args.quick,
-                      log=lambda m: print(m, file=sys.stderr, flush=True))  # fmt: skip
+    records = measure(cases, args.backends.split(","), args.rounds, args.quick, log)
     print(table(records))
     path = write(records, args.suite if not args.part else f"{args.suite}-part{args.part.replace('/', 'of')}", args.out)
     print(f"wrote {path}")

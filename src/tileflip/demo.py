@@ -91,7 +91,7 @@ def run(device: str, png: str, quick: bool = False) -> int:
             ms = (time.perf_counter() - t0) * 1e3
             ok = torch.equal(_bits(out), _bits(x.t().contiguous()))
             failures += not ok
-            config = tuning.triton_config(x.element_size())
+            config = tuning.triton_config(x.element_size(), shape)
             programs = plan.transpose_grid(*shape, config.block_m, config.block_n).programs
             dt = str(dtype).removeprefix("torch.")
             print(

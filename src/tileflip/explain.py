@@ -8,14 +8,16 @@ from tileflip import plan, tuning
 def plan_text(shape, *, block=None, dtype="float32", programs=12) -> str:
     M, N = shape
     size = plan.element_size(dtype)
-    config = tuning.triton_config(size)
+    config = tuning.triton_config(size, (M, N))
     BM, BN = block if block else (config.block_m, config.block_n)
-    grid = plan.transpose_grid(M, N, BM, BN)
+    grid = plan.transpose_grid(M, N, BM, BN, 1 if block else config.group_m)
     lines = [
         f"transpose {M}x{N} {dtype} ({size} B/element) -> {N}x{M}, contiguous",
-        f"tiles {BM}x{BN}" + ("" if block else f" (the tuning table's choice for {size}-byte types, {config.num_warps} warps)"),
+        f"tiles {BM}x{BN}" + ("" if block else f" (the tuning table's choice for {size}-byte {tuning.shape_class(M, N, size)} cases, {config.num_warps} warps)"),
         f"grid: {grid.grid_m} x {grid.grid_n} tiles = {grid.programs} programs, launched 1-D as {grid.launch}",
-        "       (program pid handles tile (pid // grid_n, pid % grid_n); gridDim.y and z stay 1 for any shape)",
+        "       (program pid handles tile (pid // grid_n, pid % grid_n); gridDim.y and z stay 1 for any shape)"
+        if grid.group_m == 1
+        else f"       (programs walk bands of {grid.group_m} tile rows, column by column; gridDim.y and z stay 1)",
     ]
     if grid.programs == 0:
         lines.append("empty tensor: nothing is launched")

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import torch
 
-from tileflip import dtypes
+from tileflip import dtypes, tuning
 
 BACKENDS = ("auto", "triton", "cuda-naive", "cuda-tiled", "cuda-tiled-nopad", "torch")
 CUDA_BACKENDS = {"cuda-naive": "naive", "cuda-tiled": "tiled", "cuda-tiled-nopad": "tiled_nopad"}
@@ -88,8 +88,6 @@ def resolve_backend(x: torch.Tensor, backend: str) -> str:
     if backend == "auto":
         if on_cpu:
             return "triton" if _triton().is_interpreted() else "torch"
-        from tileflip import tuning
-
         return tuning.auto_backend(x)
     if backend in CUDA_BACKENDS and on_cpu:
         raise ValueError(f"backend={backend!r} needs a CUDA tensor, but x is on {x.device}")
@@ -102,19 +100,16 @@ def resolve_backend(x: torch.Tensor, backend: str) -> str:
 
 
 def _run(x: torch.Tensor, out: torch.Tensor, backend: str) -> None:
-    """Launch on integer views; x and out are non-empty and checked."""
-    if backend == "torch":
-        out.copy_(x.t())
-        return
-    xi, oi = dtypes.as_uint(x), dtypes.as_uint(out)
+    """Launch; x and out are non-empty and checked. Kernels receive the tensors in their own dtype and
+    view them as unsigned integers only where a view matters (compiling, the interpreter)."""
     if backend == "triton":
-        from tileflip import tuning
-
-        _triton().launch(xi, oi, tuning.triton_config(x.element_size()))
+        _triton().launch(x, out, tuning.triton_config(x.element_size(), tuple(x.shape)))
+    elif backend == "torch":
+        out.copy_(x.t())
     else:
         from tileflip.kernels import cuda_transpose
 
-        cuda_transpose.launch(xi, oi, CUDA_BACKENDS[backend])
+        cuda_transpose.launch(x, out, CUDA_BACKENDS[backend])
 
 
 def transpose(x: torch.Tensor, out: torch.Tensor | None = None, *, backend: str = "auto") -> torch.Tensor:

@@ -101,9 +101,12 @@ def program_offsets(program_id: int, block_size: int, num_elements: int) -> dict
 class TransposeGrid:
     """How a 2-D transpose of an M x N input is cut into BLOCK_M x BLOCK_N tiles and launched.
 
-    Programs are launched on a 1-D grid: program ``pid`` handles tile ``(pid // grid_n, pid % grid_n)``,
-    so consecutive programs walk along a row of input tiles. A 1-D grid keeps gridDim.y and gridDim.z
-    at 1 for any shape; gridDim.x allows 2**31 - 1 programs, far more tiles than any memory holds.
+    Programs are launched on a 1-D grid, which keeps gridDim.y and gridDim.z at 1 for any shape
+    (gridDim.x allows 2**31 - 1 programs, far more tiles than any memory holds). With ``group_m == 1``
+    program ``pid`` handles tile ``(pid // grid_n, pid % grid_n)``: consecutive programs walk along a
+    row of input tiles. With ``group_m = G > 1`` consecutive programs walk down a band of G tile rows
+    first, column of tiles by column of tiles, so the programs resident at one time read a G-tile-high
+    band of the input and write a G-tile-wide band of the output (``tile_of`` is the kernels' decoding).
     """
 
     M: int
@@ -112,6 +115,7 @@ class TransposeGrid:
     block_n: int
     grid_m: int
     grid_n: int
+    group_m: int = 1
 
     @property
     def programs(self):
@@ -124,15 +128,21 @@ class TransposeGrid:
 
     def tile_of(self, pid: int) -> tuple[int, int]:
         """The (pid_m, pid_n) tile a linear program id handles (the kernels' own decoding)."""
-        return divmod(pid, self.grid_n)
+        if self.group_m == 1:
+            return divmod(pid, self.grid_n)
+        band = self.group_m * self.grid_n
+        first_m = (pid // band) * self.group_m
+        rows = min(self.grid_m - first_m, self.group_m)
+        within = pid % band
+        return first_m + within % rows, within // rows
 
 
-def transpose_grid(M, N, block_m: int, block_n: int) -> TransposeGrid:
+def transpose_grid(M, N, block_m: int, block_n: int, group_m: int = 1) -> TransposeGrid:
     """Plan the launch of an M x N transpose in block_m x block_n tiles; M or N may be 0 or symbolic."""
-    for name, block in (("block_m", block_m), ("block_n", block_n)):
+    for name, block in (("block_m", block_m), ("block_n", block_n), ("group_m", group_m)):
         if type(block) is not int or block <= 0:
             raise ValueError(f"{name} must be a positive int, got {block!r}")
-    grid = TransposeGrid(M, N, block_m, block_n, cdiv(M, block_m), cdiv(N, block_n))
+    grid = TransposeGrid(M, N, block_m, block_n, cdiv(M, block_m), cdiv(N, block_n), group_m)
     if isinstance(grid.programs, int) and grid.programs > MAX_GRID_X:
         raise ValueError(
             f"a {M}x{N} transpose in {block_m}x{block_n} tiles needs {grid.programs} programs, "

@@ -1,13 +1,23 @@
-"""Tile configurations for the Triton kernels, chosen per element size.
+"""Tile configurations and the ``auto`` backend, chosen per element size and shape class.
 
-The starting table comes from tile shapes measured on an H200 (see ``../shared/anchors.md`` in the
-project's records: 64x64 with 8 warps for 4- and 8-byte types, 128x128 with 16 warps for 2-byte
-types, 128x256 with 16 warps for 1-byte types). Tiles are powers of two, as Triton requires.
+The table is measured on the GPU machine (``python -m tileflip.tune`` for the Triton tiles,
+``tileflip bench`` for the backend ``auto`` picks) and committed as ``data/tuning-h200.json``: GPU
+machines start bare and CI has no GPU, so nothing is tuned at run time. Until a case is measured the
+defaults below apply (tile shapes seen on an H200 for plain tiles: 64x64 with 8 warps for 4- and
+8-byte types, 128x128 with 16 warps for 2-byte types, 128x256 with 16 warps for 1-byte types).
+
+A shape class only depends on sizes, never on values that Triton specializes differently, so a new
+shape of a known class reuses the compiled kernel of its class.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+TABLE_FILE = Path(__file__).with_name("data") / "tuning-h200.json"
 
 
 @dataclass(frozen=True)
@@ -15,20 +25,48 @@ class TileConfig:
     block_m: int
     block_n: int
     num_warps: int
+    group_m: int = 1  # program order: 1 walks rows of tiles; G > 1 walks bands of G tile rows
 
 
-TRITON_TILES = {
+DEFAULT_TILES = {
     1: TileConfig(128, 256, 16),
     2: TileConfig(128, 128, 16),
     4: TileConfig(64, 64, 8),
     8: TileConfig(64, 64, 8),
 }
 
+# Below this many bytes a transpose is launch- and host-bound rather than bandwidth-bound.
+TINY_BYTES = 4 << 20
 
-def triton_config(element_size: int) -> TileConfig:
-    return TRITON_TILES[element_size]
+
+def shape_class(M: int, N: int, element_size: int) -> str:
+    if M * N * element_size < TINY_BYTES:
+        return "tiny"
+    if min(M, N) < 64:
+        return "thin"
+    return "large"
+
+
+@lru_cache(maxsize=1)
+def _table() -> dict:
+    if TABLE_FILE.exists():
+        return json.loads(TABLE_FILE.read_text())
+    return {"triton": {}, "auto": {}}
+
+
+@lru_cache(maxsize=256)
+def _config(element_size: int, cls: str) -> TileConfig:
+    entry = _table()["triton"].get(f"{element_size}:{cls}") or _table()["triton"].get(f"{element_size}:large")
+    return TileConfig(*entry["config"]) if entry else DEFAULT_TILES[element_size]
+
+
+def triton_config(element_size: int, shape: tuple | None = None) -> TileConfig:
+    """The Triton tile configuration for an element size, and for a shape's class when one is given."""
+    return _config(element_size, shape_class(*shape, element_size) if shape else "large")
 
 
 def auto_backend(x) -> str:
-    """The backend ``backend="auto"`` picks for a CUDA tensor (to be replaced by the measured table)."""
-    return "triton"
+    """The backend ``backend="auto"`` picks for a CUDA tensor: the measured fastest for its case class."""
+    M, N = x.shape
+    es = x.element_size()
+    return _table()["auto"].get(f"{es}:{shape_class(M, N, es)}", "triton")

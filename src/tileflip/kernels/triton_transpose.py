@@ -20,12 +20,14 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from tileflip.plan import transpose_grid
+from tileflip.dtypes import as_uint
+from tileflip.plan import cdiv
 
 
-# grid_n only decodes the program id: its divisibility buys nothing, and leaving it specialized would
-# compile a new kernel whenever the number of column tiles happens to be 1 or a multiple of 16.
-@triton.jit(do_not_specialize=["grid_n"])
+
+# grid_m and grid_n only decode the program id: their divisibility buys nothing, and leaving them
+# specialized would compile a new kernel whenever a tile count happens to be 1 or a multiple of 16.
+@triton.jit(do_not_specialize=["grid_m", "grid_n"])
 def transpose_2d_kernel(
     x_ptr,
     out_ptr,
@@ -34,13 +36,24 @@ def transpose_2d_kernel(
     stride_xm,
     stride_xn,
     stride_om,
+    grid_m,
     grid_n,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
+    GROUP_M: tl.constexpr,
 ):
+    # Program order: tileflip.plan.TransposeGrid.tile_of is the same decoding, for the CPU tools.
     pid = tl.program_id(0)
-    pid_m = pid // grid_n
-    pid_n = pid % grid_n
+    if GROUP_M == 1:
+        pid_m = pid // grid_n
+        pid_n = pid % grid_n
+    else:
+        band = GROUP_M * grid_n
+        first_m = (pid // band) * GROUP_M
+        rows = tl.minimum(grid_m - first_m, GROUP_M)
+        within = pid % band
+        pid_m = first_m + within % rows
+        pid_n = within // rows
     # int64 before any multiply: pid_m * BLOCK_M * stride_xm passes 2**31 on large tensors.
     rm = pid_m.to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
     rn = pid_n.to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -56,30 +69,65 @@ def transpose_2d_kernel(
 
 def is_interpreted() -> bool:
     """True when TRITON_INTERPRET=1 was set before this module was imported (the kernel then runs on CPU)."""
-    return not isinstance(transpose_2d_kernel, triton.runtime.JITFunction)
+    return _INTERPRETED
+
+
+_INTERPRETED = not isinstance(transpose_2d_kernel, triton.runtime.JITFunction)
+
+
+def _current_stream(device: int) -> int:
+    # Rebound on first use to torch's raw-stream getter (~0.1 us; CPU builds of torch lack it).
+    global _current_stream
+    from torch._C import _cuda_getCurrentRawStream
+
+    _current_stream = _cuda_getCurrentRawStream
+    return _current_stream(device)
+
+
+def _key(v: int) -> int:
+    """Triton's specialization of an integer argument, as a small int (see plan.specialization_class)."""
+    return 1 if v == 1 else (2 if v % 16 == 0 else 0) | (4 if v >= 2**31 else 0)
+
+
+# (device, element size, config, keys of M, N, stride_xm, stride_xn, stride_om, pointer alignments)
+# -> triton's compiled kernel. Once a class is compiled, its launches skip triton's binder and
+# cache lookup (about 10 us of Python a call) and call the compiled launcher directly.
+_compiled: dict = {}
 
 
 def launch(x, out, config) -> None:
     """Transpose the 2-D integer view ``x`` (any strides) into the contiguous ``out`` (N x M).
 
     ``config`` is a ``tileflip.tuning.TileConfig``; the caller has checked every argument and
-    handles empty tensors.
+    handles empty tensors. ``x`` and ``out`` may be given in their own dtype on the fast path: the
+    compiled kernel only takes their addresses.
     """
     M, N = x.shape
-    grid = transpose_grid(M, N, config.block_m, config.block_n)
-    transpose_2d_kernel[grid.launch](
-        x,
-        out,
-        M,
-        N,
-        x.stride(0),
-        x.stride(1),
-        out.stride(0),
-        grid.grid_n,
-        BLOCK_M=config.block_m,
-        BLOCK_N=config.block_n,
-        num_warps=config.num_warps,
-    )
+    sxm, sxn = x.stride()
+    som = out.stride(0)
+    grid_m = cdiv(M, config.block_m)
+    grid_n = cdiv(N, config.block_n)
+    sizes = (M, N, sxm, sxn, som, grid_m, grid_n, config.block_m, config.block_n, config.group_m)
+    if _INTERPRETED:
+        transpose_2d_kernel[(grid_m * grid_n,)](as_uint(x), as_uint(out), *sizes, num_warps=config.num_warps)
+        return
+    device = x.device.index
+    key = (device, x.element_size(), config, _key(M), _key(N), _key(sxm), _key(sxn), _key(som),
+           x.data_ptr() % 16 == 0, out.data_ptr() % 16 == 0)  # fmt: skip
+    kernel = _compiled.get(key)
+    if kernel is None:
+        # Compiled on the unsigned-integer views: one kernel per element size serves every dtype.
+        _compiled[key] = transpose_2d_kernel[(grid_m * grid_n,)](
+            as_uint(x), as_uint(out), *sizes, num_warps=config.num_warps
+        )
+        return
+    kernel.run(grid_m * grid_n, 1, 1, _current_stream(device), kernel.function, kernel.packed_metadata,
+               None, None, None, x, out, *sizes)  # fmt: skip
+
+
+def launches_compiled() -> int:
+    """How many kernel classes the fast path holds (for tests)."""
+    return len(_compiled)
 
 
 _UINT_SIG = {1: "*u8", 2: "*u16", 4: "*u32", 8: "*u64"}
@@ -98,9 +146,10 @@ def compile_for_target(element_size: int, config, *, arch: int = 90, unit_inner_
 
     fn = transpose_2d_kernel if isinstance(transpose_2d_kernel, JITFunction) else JITFunction(transpose_2d_kernel.fn)
     ptr = _UINT_SIG[element_size]
-    names = ["x_ptr", "out_ptr", "M", "N", "stride_xm", "stride_xn", "stride_om", "grid_n", "BLOCK_M", "BLOCK_N"]
-    signature = dict.fromkeys(names, "i32") | {"x_ptr": ptr, "out_ptr": ptr, "BLOCK_M": "constexpr", "BLOCK_N": "constexpr"}
-    constexprs = {"BLOCK_M": config.block_m, "BLOCK_N": config.block_n}
+    names = ["x_ptr", "out_ptr", "M", "N", "stride_xm", "stride_xn", "stride_om", "grid_m", "grid_n"]
+    signature = dict.fromkeys(names, "i32") | {"x_ptr": ptr, "out_ptr": ptr}
+    constexprs = {"BLOCK_M": config.block_m, "BLOCK_N": config.block_n, "GROUP_M": config.group_m}
+    signature |= dict.fromkeys(constexprs, "constexpr")
     if unit_inner_stride:
         signature["stride_xn"] = "constexpr"
         constexprs["stride_xn"] = 1

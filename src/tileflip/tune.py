@@ -1,0 +1,153 @@
+"""Measure Triton tile configurations on the GPU and write the tuning table ``tileflip.tuning`` reads.
+
+``python -m tileflip.tune --out FILE.json`` times every candidate configuration on one representative
+shape per (element size, shape class), against a same-run copy of the same bytes, and writes both the
+raw measurements and the chosen table. The GPU machine starts bare every time, so the table is
+committed (``src/tileflip/data/``) rather than measured at run time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from tileflip import tuning
+from tileflip.bench import _make_input, _meta, _time, Case
+
+# One representative shape per shape class (see tuning.shape_class).
+REPRESENTATIVE = {
+    "large": [(16384, 16384)],
+    "thin": [(32, 1 << 22), (1 << 22, 32)],
+}
+
+
+def candidates(element_size: int) -> list[tuning.TileConfig]:
+    tiles = [(32, 32), (64, 64), (32, 128), (128, 32), (64, 128), (128, 64), (128, 128), (64, 256), (256, 64),
+             (128, 256), (256, 128), (32, 256), (256, 32)]  # fmt: skip
+    out = []
+    for bm, bn in tiles:
+        if bm * bn * element_size > 64 * 1024:  # the staging buffer of tl.trans must fit shared memory
+            continue
+        warps = (4, 8) if bm * bn <= 4096 else (8, 16)
+        out += [tuning.TileConfig(bm, bn, w) for w in warps]
+    return out
+
+
+def sweep(element_sizes, log) -> list[dict]:
+    import torch
+
+    from tileflip.kernels import triton_transpose
+
+    dtype_of = {1: "uint8", 2: "uint16", 4: "uint32", 8: "uint64"}
+    meta = _meta()
+    rows = []
+    for es in element_sizes:
+        for cls, shapes in REPRESENTATIVE.items():
+            for shape in shapes:
+                x = _make_input(Case(shape, dtype_of[es]))
+                out = torch.empty(shape[::-1], dtype=x.dtype, device="cuda")
+                src = torch.empty(x.numel() * es, dtype=torch.uint8, device="cuda")
+                dst = torch.empty_like(src)
+                nbytes = 2 * x.numel() * es
+                for config in candidates(es) + [None]:
+                    if config is None:  # the best of this shape again, in bands of 8 tile rows
+                        mine = [r for r in rows if r["shape"] == list(shape) and r["element_size"] == es]
+                        best = max(mine, key=lambda r: r["fraction_of_copy"])["config"]
+                        config = tuning.TileConfig(*best[:3], group_m=8)
+                    copy_ms = _time(lambda: dst.copy_(src), True)[0]
+                    ms = _time(lambda c=config: triton_transpose.launch(x, out, c), True)[0]
+                    assert torch.equal(out, x.t()), f"wrong result for {config} on {shape}"
+                    row = dict(meta, element_size=es, shape_class=cls, shape=list(shape),
+                               config=[config.block_m, config.block_n, config.num_warps, config.group_m],
+                               ms=ms, copy_ms=copy_ms, fraction_of_copy=copy_ms / ms, gbps=nbytes / ms / 1e6)  # fmt: skip
+                    rows.append(row)
+                    log(f"{es} B {shape} {row['config']}: {row['fraction_of_copy']:.1%}")
+                del x, out, src, dst
+                torch.cuda.empty_cache()
+    return rows
+
+
+def choose(rows: list[dict]) -> dict:
+    """For each (element size, class): the configuration with the best geometric-mean fraction of copy."""
+    table = {}
+    for es in sorted({r["element_size"] for r in rows}):
+        for cls in REPRESENTATIVE:
+            mine = [r for r in rows if r["element_size"] == es and r["shape_class"] == cls]
+            by_config: dict = {}
+            for r in mine:
+                by_config.setdefault(tuple(r["config"]), []).append(r["fraction_of_copy"])
+            scored = {c: _geomean(v) for c, v in by_config.items() if len(v) == len(REPRESENTATIVE[cls])}
+            best = max(scored, key=scored.get)
+            table[f"{es}:{cls}"] = {"config": list(best), "fraction_of_copy": round(scored[best], 4)}
+    return table
+
+
+def _geomean(values):
+    prod = 1.0
+    for v in values:
+        prod *= v
+    return prod ** (1 / len(values))
+
+
+def auto_from_bench(records: list[dict]) -> dict:
+    """For each (element size, shape class) of a ``tileflip bench`` run: the tileflip backend whose worst
+    ratio to the best tileflip backend over the class's cases is highest."""
+    from tileflip.bench import medians
+    from tileflip.plan import element_size
+
+    med = medians([r for r in records if r["op"] in ("copy", "transpose")])
+    candidates = [b for b in ("triton", "cuda-naive", "cuda-tiled", "cuda-tiled-nopad")]
+    classes: dict = {}
+    for (shape, dtype, backend), (ms, _, _) in med.items():
+        if backend in candidates:
+            es = element_size(dtype)
+            key = f"{es}:{tuning.shape_class(shape[0], shape[1], es)}"
+            classes.setdefault(key, {}).setdefault((shape, dtype), {})[backend] = ms
+    table = {}
+    for key, cases in classes.items():
+        def worst(b):
+            return min(min(t.values()) / t[b] if b in t else 0.0 for t in cases.values())
+
+        best = max(candidates, key=worst)
+        table[key] = best
+    return table
+
+
+def write_table(path, *, triton=None, auto=None) -> dict:
+    """Merge measured entries into the committed table file."""
+    from pathlib import Path
+
+    path = Path(path)
+    data = json.loads(path.read_text()) if path.exists() else {"triton": {}, "auto": {}}
+    if triton:
+        data["triton"].update(triton)
+    if auto:
+        data["auto"].update(auto)
+    data["meta"] = _meta() if triton else data.get("meta", {})
+    path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+    return data
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m tileflip.tune")
+    p.add_argument("--out", help="write the sweep's measurements and chosen table here")
+    p.add_argument("--sizes", default="1,2,4,8")
+    p.add_argument("--auto-from", metavar="BENCH.json", help="derive the auto table from a bench run instead")
+    p.add_argument("--table", default=str(tuning.TABLE_FILE), help="the committed table to update")
+    args = p.parse_args(argv)
+    if args.auto_from:
+        auto = auto_from_bench(json.loads(open(args.auto_from).read()))
+        write_table(args.table, auto=auto)
+        print(json.dumps(auto, indent=1))
+        return 0
+    rows = sweep([int(s) for s in args.sizes.split(",")], log=lambda m: print(m, file=sys.stderr, flush=True))
+    result = {"meta": _meta(), "table": choose(rows), "measurements": rows}
+    with open(args.out, "w") as f:
+        json.dump(result, f, indent=1)
+    print(json.dumps(result["table"], indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
