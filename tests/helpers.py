@@ -23,7 +23,7 @@ def random_bits(shape, dtype, device="cpu", seed=0) -> torch.Tensor:
 
 def poisoned(shape, dtype, device="cpu") -> torch.Tensor:
     out = torch.empty(shape, dtype=dtype, device=device)
-    out.view(torch.uint8).fill_(POISON_BYTE)
+    out.view(-1).view(torch.uint8).fill_(POISON_BYTE)
     return out
 
 

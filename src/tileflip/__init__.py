@@ -5,7 +5,7 @@ so the public operations are loaded on first use.
 """
 
 __version__ = "0.1.0"
-__all__ = ["transpose"]
+__all__ = ["transpose", "permute"]
 
 
 def __getattr__(name):

@@ -48,15 +48,67 @@ PEERS = ["torch-contiguous", "torch-copy", "torch-compile", "cupy", "xla"]
 class Case:
     shape: tuple
     dtype: str
+    perm: tuple | None = None  # None: a 2-D transpose; else an N-D permute
 
     @property
     def label(self) -> str:
-        return f"{'x'.join(map(str, self.shape))} {self.dtype}"
+        return f"{'x'.join(map(str, self.shape))} {self.dtype}" + (f" {self.perm}" if self.perm else "")
+
+    @property
+    def op(self) -> str:
+        return "transpose" if self.perm is None else "permute"
+
+    @property
+    def out_shape(self) -> tuple:
+        return self.shape[::-1] if self.perm is None else tuple(self.shape[d] for d in self.perm)
+
+
+PERMUTE_NAMED = [
+    Case((8, 4096, 32, 128), "bfloat16", (0, 2, 1, 3)),
+    Case((8, 4096, 32, 128), "bfloat16", (0, 3, 2, 1)),
+    Case((8, 4096, 32, 128), "bfloat16", (0, 2, 3, 1)),
+    Case((64, 256, 56, 56), "float16", (0, 2, 3, 1)),
+    Case((64, 56, 56, 256), "float16", (0, 3, 1, 2)),
+]
+PERMUTE_CASES_FILE = Path(__file__).resolve().parents[2] / "benchmarks" / "permute-random-cases.json"
+
+
+def random_permute_cases(seed: int = 0, count: int = 40) -> list[Case]:
+    """The random permute suite: ranks 3 to 6, fp32/bf16/int8, every dimension >= 2, >= 64 MiB each."""
+    import random
+
+    rng = random.Random(seed)
+    sizes = {"float32": 4, "bfloat16": 2, "int8": 1}
+    cases = []
+    while len(cases) < count:
+        rank = rng.randint(3, 6)
+        dtype = rng.choice(sorted(sizes))
+        shape = [rng.randint(2, 48) for _ in range(rank)]
+        while _numel(shape) * sizes[dtype] < 64 << 20:
+            shape[rng.randrange(rank)] *= 2
+        perm = list(range(rank))
+        while perm == sorted(perm):
+            rng.shuffle(perm)
+        if _numel(shape) * sizes[dtype] <= 512 << 20:
+            cases.append(Case(tuple(shape), dtype, tuple(perm)))
+    return cases
+
+
+def _numel(shape) -> int:
+    n = 1
+    for s in shape:
+        n *= s
+    return n
 
 
 def suite_cases(name: str, part: str | None = None) -> list[Case]:
-    spec = SUITES[name]
-    cases = [Case(tuple(s), d) for d in spec["dtypes"] for s in spec["shapes"]]
+    if name == "permute":
+        cases = list(PERMUTE_NAMED)
+    elif name == "permute-random":
+        cases = random_permute_cases()
+    else:
+        spec = SUITES[name]
+        cases = [Case(tuple(s), d) for d in spec["dtypes"] for s in spec["shapes"]]
     if part:
         k, n = (int(v) for v in part.split("/"))
         cases = cases[k - 1 :: n]
@@ -88,7 +140,7 @@ def _make_input(case: Case, device="cuda"):
     import torch
 
     dtype = getattr(torch, case.dtype)
-    numel = case.shape[0] * case.shape[1]
+    numel = _numel(case.shape)
     size = torch.empty((), dtype=dtype).element_size()
     raw = torch.randint(1, 255, (numel * size,), dtype=torch.uint8, device=device)
     return raw.view(dtype).view(case.shape)
@@ -112,6 +164,18 @@ def op_functions(case: Case, x, out, backends):
     import tileflip
 
     fns, notes = [], {}
+    if case.perm is not None:
+        for b in backends:
+            if b == "auto":
+                fns.append((b, lambda: tileflip.permute(x, case.perm, out)))
+            elif b == "torch-contiguous":
+                fns.append((b, lambda: x.permute(case.perm).contiguous()))
+            elif b == "torch-copy":
+                fns.append((b, lambda: out.copy_(x.permute(case.perm))))
+            elif b == "torch-compile":
+                compiled = torch.compile(lambda t: t.permute(case.perm).contiguous(), dynamic=False)
+                fns.append((b, lambda: compiled(x)))
+        return fns, notes
     for b in backends:
         if b in TILEFLIP_BACKENDS:
             fns.append((b, lambda b=b: tileflip.transpose(x, out, backend=b)))
@@ -159,18 +223,18 @@ def measure(cases: list[Case], backends: list[str], rounds: int, quick: bool, lo
         log(f"xla: left out ({xla['error'].strip().splitlines()[-1] if xla['error'].strip() else 'failed'})")
     for i, case in enumerate(cases):
         x = _make_input(case)
-        out = torch.empty(case.shape[::-1], dtype=x.dtype, device="cuda")
+        out = torch.empty(case.out_shape, dtype=x.dtype, device="cuda")
         src = torch.empty(x.numel() * x.element_size(), dtype=torch.uint8, device="cuda")
         dst = torch.empty_like(src)
         nbytes = 2 * x.numel() * x.element_size()
         fns, notes = op_functions(case, x, out, [b for b in backends if b != "xla"])
         for b, note in notes.items():
             log(f"  {b}: {note}")
-        chosen = tuning.auto_backend(x)
+        chosen = tuning.auto_backend(x) if case.perm is None else _permute_kind(x, case)
         for r in range(rounds):
             copy_ms, c20, c80 = _time(lambda: dst.copy_(src), quick)
             copy_gbps = nbytes / copy_ms / 1e6
-            row = dict(meta, op="copy", backend="copy", shape=list(case.shape), dtype=case.dtype, ms=copy_ms,
+            row = dict(meta, op="copy", backend="copy", shape=list(case.shape), perm=case.perm, dtype=case.dtype, ms=copy_ms,
                        ms_p20=c20, ms_p80=c80, gbps=copy_gbps, copy_gbps=copy_gbps, fraction_of_copy=1.0,
                        run=run_id, round=r)  # fmt: skip
             records.append(row)
@@ -179,7 +243,7 @@ def measure(cases: list[Case], backends: list[str], rounds: int, quick: bool, lo
                 timed.append(("xla", xla["ms"][case.label], None, None))
             for b, ms, p20, p80 in timed:
                 gbps = nbytes / ms / 1e6
-                rec = dict(row, op="transpose", backend=b, ms=ms, ms_p20=p20, ms_p80=p80, gbps=gbps,
+                rec = dict(row, op=case.op, backend=b, ms=ms, ms_p20=p20, ms_p80=p80, gbps=gbps,
                            fraction_of_copy=gbps / copy_gbps)  # fmt: skip
                 if b == "auto":
                     rec["auto_choice"] = chosen
@@ -190,11 +254,22 @@ def measure(cases: list[Case], backends: list[str], rounds: int, quick: bool, lo
     return records
 
 
+def _permute_kind(x, case) -> str:
+    from tileflip import plan
+
+    return plan.plan_permute(tuple(x.shape), tuple(x.stride()), case.perm, x.element_size()).kind
+
+
+def _case_key(r: dict):
+    return (tuple(r["shape"]) if not r.get("perm") else (tuple(r["shape"]), tuple(r["perm"])), r["dtype"])
+
+
 def medians(records: list[dict]) -> dict:
-    """{(shape, dtype, backend): (median ms, median GB/s, median fraction of copy)} over rounds."""
+    """{(shape, dtype, backend): (median ms, median GB/s, median fraction of copy)} over rounds; for a
+    permute the shape key is (shape, perm)."""
     groups: dict = {}
     for r in records:
-        groups.setdefault((tuple(r["shape"]), r["dtype"], r["backend"]), []).append(r)
+        groups.setdefault((*_case_key(r), r["backend"]), []).append(r)
     return {
         k: (statistics.median(v["ms"] for v in rs), statistics.median(v["gbps"] for v in rs),
             statistics.median(v["fraction_of_copy"] for v in rs))
@@ -203,15 +278,16 @@ def medians(records: list[dict]) -> dict:
 
 
 def summary_line(records: list[dict], case: Case) -> str:
-    med = medians([r for r in records if tuple(r["shape"]) == case.shape and r["dtype"] == case.dtype])
+    key = (case.shape if case.perm is None else (case.shape, case.perm), case.dtype)
+    med = medians([r for r in records if _case_key(r) == key])
     parts = [f"{b} {f:.0%}" for (s, d, b), (_, _, f) in med.items() if b != "copy"]
-    copy = med.get((case.shape, case.dtype, "copy"))
+    copy = med.get((*key, "copy"))
     return (f"copy {copy[1]:.0f} GB/s; " if copy else "") + ", ".join(parts)
 
 
 def table(records: list[dict]) -> str:
     med = medians(records)
-    cases = sorted({(s, d) for s, d, _ in med}, key=lambda c: (c[1], -c[0][0] * c[0][1]))
+    cases = sorted({(s, d) for s, d, _ in med}, key=lambda c: (c[1], str(c[0])))
     backends = [b for b in ["copy", *TILEFLIP_BACKENDS, *PEERS] if any(k[2] == b for k in med)]
     head = f"{'shape':>12} {'dtype':<14}" + "".join(f"{b:>18}" for b in backends)
     lines = [head, "-" * len(head)]
@@ -220,7 +296,8 @@ def table(records: list[dict]) -> str:
         for b in backends:
             v = med.get((s, d, b))
             cells.append(f"{v[1]:>8.0f} {v[2]:>6.1%}   " if v else f"{'-':>18}")
-        lines.append(f"{'x'.join(map(str, s)):>12} {d:<14}" + "".join(f"{c:>18}" for c in cells))
+        label = "x".join(map(str, s)) if isinstance(s[0], int) else "x".join(map(str, s[0])) + " " + ",".join(map(str, s[1]))
+        lines.append(f"{label:>12} {d:<14}" + "".join(f"{c:>18}" for c in cells))
     lines.append("each cell: GB/s (read + write bytes) and fraction of the same-run copy; medians over rounds")
     return "\n".join(lines)
 
@@ -344,7 +421,7 @@ def host_table(records: list[dict]) -> str:
 
 def cli(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="tileflip bench", description=__doc__.split("\n\n")[0])
-    p.add_argument("--suite", default="2d", choices=sorted(SUITES) + ["host"],
+    p.add_argument("--suite", default="2d", choices=sorted(SUITES) + ["permute", "permute-random", "host"],
                    help="a shape suite, or 'host' for host time per call of small cases")  # fmt: skip
     p.add_argument("--part", default=None, help="K/N: run every N-th case starting at K (split a long suite)")
     p.add_argument("--quick", action="store_true", help="shorter repetitions (fits one 10-minute call)")
@@ -371,6 +448,8 @@ def cli(argv: list[str]) -> int:
         print(f"wrote {write(records, 'host', args.out)}")
         return 0
     cases = suite_cases(args.suite, args.part)
+    if args.suite.startswith("permute"):
+        args.backends = ",".join(b for b in args.backends.split(",") if b in ("auto", *PEERS) and b not in ("cupy", "xla"))
     records = measure(cases, args.backends.split(","), args.rounds, args.quick, log)
     print(table(records))
     path = write(records, args.suite if not args.part else f"{args.suite}-part{args.part.replace('/', 'of')}", args.out)

@@ -40,13 +40,19 @@ def use_interpreter_without_gpu() -> str:
 def cmd_plan(argv: list[str]) -> int:
     from tileflip import explain
 
-    p = argparse.ArgumentParser(prog="tileflip plan", description="Print the launch plan of a 2-D transpose.")
-    p.add_argument("--shape", required=True, type=parse_pair, help="M x N, e.g. 31x65")
+    p = argparse.ArgumentParser(prog="tileflip plan", description="Print the launch plan of a 2-D transpose or an N-D permute (contiguous input).")
+    p.add_argument("--shape", required=True, type=parse_dims, help="e.g. 31x65, or 8x4096x32x128 with --perm")
+    p.add_argument("--perm", type=lambda t: parse_dims(t, "perm"), default=None, help="e.g. 0,2,1,3: an N-D permute")
     p.add_argument("--block", type=lambda t: parse_pair(t, "block"), default=None, help="tile, e.g. 32x32")
     p.add_argument("--dtype", default="float32")
     p.add_argument("--programs", type=int, default=12, help="how many programs to list (default 12)")
     args = p.parse_args(argv)
-    print(explain.plan_text(args.shape, block=args.block, dtype=args.dtype, programs=args.programs))
+    if args.perm is not None:
+        print(explain.permute_text(args.shape, args.perm, dtype=args.dtype))
+    elif len(args.shape) != 2:
+        p.error(f"--shape must be M x N for a transpose (or give --perm), got {len(args.shape)} dimensions")
+    else:
+        print(explain.plan_text(args.shape, block=args.block, dtype=args.dtype, programs=args.programs))
     return 0
 
 

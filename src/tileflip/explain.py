@@ -50,3 +50,64 @@ def tile_line(pid: int, tm: plan.TileMasks) -> str:
         f"{pid:>8} {str((tm.pid_m, tm.pid_n)):>10} {_span(tm.in_rows):>12} {_span(tm.in_cols):>12} "
         f"{kept:>8} {tm.masked:>7}   {out}"
     )
+
+
+def permute_text(shape, perm, *, dtype="float32") -> str:
+    """The plan of ``x.permute(perm).contiguous()`` for a contiguous x of this shape."""
+    size = plan.element_size(dtype)
+    strides, acc = [], 1
+    for s in reversed(shape):
+        strides.append(acc)
+        acc *= s
+    strides = tuple(reversed(strides))
+    p = plan.plan_permute(tuple(shape), strides, perm, size)
+    lines = [
+        f"permute {'x'.join(map(str, shape))} {dtype} by {tuple(plan.check_perm(perm, len(shape)))} -> "
+        f"{'x'.join(map(str, p.out_shape))}, contiguous",
+        f"input strides {strides} (elements)",
+        f"merged (output order): sizes {p.sizes}, input strides {p.in_strides}, output strides {p.out_strides}",
+        f"kind: {p.kind}",
+    ]
+    in_run, out_run = plan.innermost_runs(p, size)
+    lines.append(f"innermost contiguous runs: input {in_run} B, output {out_run} B")
+    lines += _permute_launch(p, size)
+    return "\n".join(lines)
+
+
+def _permute_launch(p, size) -> list[str]:
+    # The block choices are the launcher's own functions: pure Python, shared with the kernels' module
+    # through tuning and plan only, so this stays free of triton.
+    config = tuning.triton_config(size)
+    if p.kind == "empty":
+        return ["nothing to launch"]
+    if p.kind == "transpose2d":
+        (s0, s1) = p.sizes
+        return [f"the 2-D transpose kernel on a {s1}x{s0} view:", *plan_text((s1, s0), dtype=_dtype(size)).splitlines()[1:4]]
+    if p.kind in ("rows", "copy"):
+        L = p.sizes[-1]
+        R = 1
+        for s in p.sizes[:-1]:
+            R *= s
+        br, bl, w = tuning.rows_blocks(L, size)
+        grid = plan.cdiv(R, br) * plan.cdiv(L, bl)
+        return [f"rows kernel: {R} rows of {L} elements, tiles {br} rows x {bl}, {w} warps",
+                f"grid: {grid} programs (1-D), batch dims {p.batch} decomposed per row"]
+    if p.kind == "tiles":
+        a, b = p.a, len(p.sizes) - 1
+        bb, ba, w = tuning.tiles_blocks(p.sizes[b], p.sizes[a], config)
+        count = 1
+        for d in p.batch:
+            count *= p.sizes[d]
+        tiles = plan.cdiv(p.sizes[b], bb) * plan.cdiv(p.sizes[a], ba)
+        return [f"tiles kernel: a = dim {a} (input-fastest, size {p.sizes[a]}), b = dim {b} (output-fastest, "
+                f"size {p.sizes[b]}); tile {bb} (b) x {ba} (a), {w} warps",
+                f"grid: {tiles} tiles x {count} batch elements = {tiles * count} programs (1-D); batch dims {p.batch}"]
+    numel = 1
+    for s in p.sizes:
+        numel *= s
+    return [f"general kernel: {numel} elements gathered, {tuning.GENERAL_BLOCK} per program, "
+            f"grid {plan.cdiv(numel, tuning.GENERAL_BLOCK)} programs"]
+
+
+def _dtype(size):
+    return {1: "int8", 2: "bfloat16", 4: "float32", 8: "float64"}[size]

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import torch
 
-from tileflip import dtypes, tuning
+from tileflip import dtypes, plan, tuning
 
 BACKENDS = ("auto", "triton", "cuda-naive", "cuda-tiled", "cuda-tiled-nopad", "torch")
 CUDA_BACKENDS = {"cuda-naive": "naive", "cuda-tiled": "tiled", "cuda-tiled-nopad": "tiled_nopad"}
@@ -148,6 +148,66 @@ def _transpose(x: torch.Tensor, out: torch.Tensor | None, backend: str) -> torch
     return out
 
 
+PERMUTE_BACKENDS = ("auto", "triton", "torch")
+
+
+def permute(x: torch.Tensor, dims, out: torch.Tensor | None = None, *, backend: str = "auto") -> torch.Tensor:
+    """Return ``x.permute(dims).contiguous()`` (bit for bit), or write it into ``out`` and return ``out``.
+
+    Any rank from 0 to 8, any permutation (negative dims allowed), any input strides including 0.
+    The planner (``tileflip.plan.plan_permute``) merges dimensions that stay adjacent and picks one of
+    a few fixed-rank kernels; ``tileflip plan --shape ... --perm ...`` prints the plan.
+    Backends: ``"triton"`` (the kernels; on a CPU tensor only under the interpreter), ``"torch"``
+    (``out.copy_(x.permute(dims))``) and ``"auto"`` (as for ``transpose``).
+    """
+    if torch.compiler.is_compiling():
+        dims = list(dims) if isinstance(dims, (tuple, list)) else dims
+        if out is None:
+            return torch.ops.tileflip.permute(x, dims, backend)
+        torch.ops.tileflip.permute_out(x, dims, out, backend)
+        return out
+    return _permute(x, dims, out, backend)
+
+
+def _permute(x, dims, out, backend):
+    check_input(x, ndim=None)
+    if x.dim() > plan.MAX_RANK:
+        raise ValueError(f"x must have at most {plan.MAX_RANK} dimensions, got {x.dim()}")
+    dims = plan.check_perm(dims, x.dim())
+    if not isinstance(backend, str) or backend not in PERMUTE_BACKENDS:
+        raise ValueError(f"backend must be one of {PERMUTE_BACKENDS} for permute, got {backend!r}")
+    chosen = resolve_backend(x, backend)
+    out_shape = tuple(x.shape[d] for d in dims)
+    if out is None:
+        out = torch.empty(out_shape, dtype=x.dtype, device=x.device)
+    else:
+        check_out(x, out, out_shape)
+    if x.numel() == 0:
+        return out
+    if chosen == "torch":
+        out.copy_(x.permute(dims))
+        return out
+    p = plan.plan_permute(tuple(x.shape), tuple(x.stride()), dims, x.element_size())
+    if x.device.type == "cuda" and x.device.index != torch.cuda.current_device():
+        with torch.cuda.device(x.device):
+            _run_permute(x, out, p)
+    else:
+        _run_permute(x, out, p)
+    return out
+
+
+def _run_permute(x, out, p) -> None:
+    if p.kind == "transpose2d":
+        # Output (s0, s1) contiguous is the transpose of the input seen as (s1, s0) with swapped strides.
+        (s0, s1), (st0, st1) = p.sizes, p.in_strides
+        x2 = x.as_strided((s1, s0), (st1, st0), x.storage_offset())
+        _triton().launch(x2, out.view(s0, s1), tuning.triton_config(x.element_size(), (s1, s0)))
+        return
+    from tileflip.kernels import triton_permute
+
+    triton_permute.launch(x, out, p, tuning.triton_config(x.element_size()))
+
+
 # --------------------------------------------------------------------------------------------------
 # Registered ops, so that torch.compile(fullgraph=True) can trace a call (custom_op with a fake
 # implementation works for every backend, the interpreter included; triton_op + wrap_triton cannot
@@ -175,3 +235,27 @@ def _transpose_out_op(x: torch.Tensor, out: torch.Tensor, backend: str) -> None:
 def _(x, out, backend):
     check_input(x)
     check_out(x, out, (x.shape[1], x.shape[0]), memory=False)  # fake tensors have no memory to compare
+
+
+@torch.library.custom_op("tileflip::permute", mutates_args=())
+def _permute_op(x: torch.Tensor, dims: list[int], backend: str) -> torch.Tensor:
+    return _permute(x, tuple(dims), None, backend)
+
+
+@_permute_op.register_fake
+def _(x, dims, backend):
+    check_input(x, ndim=None)
+    dims = plan.check_perm(tuple(dims), x.dim())
+    return x.new_empty(tuple(x.shape[d] for d in dims))
+
+
+@torch.library.custom_op("tileflip::permute_out", mutates_args=("out",))
+def _permute_out_op(x: torch.Tensor, dims: list[int], out: torch.Tensor, backend: str) -> None:
+    _permute(x, tuple(dims), out, backend)
+
+
+@_permute_out_op.register_fake
+def _(x, dims, out, backend):
+    check_input(x, ndim=None)
+    dims = plan.check_perm(tuple(dims), x.dim())
+    check_out(x, out, tuple(x.shape[d] for d in dims), memory=False)

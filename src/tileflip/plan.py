@@ -245,3 +245,122 @@ def element_size(dtype: str) -> int:
     if name not in ELEMENT_SIZE:
         raise ValueError(f"dtype must be one of {sorted(ELEMENT_SIZE)}, got {dtype!r}")
     return ELEMENT_SIZE[name]
+
+
+# ---------------------------------------------------------------------------------------------------
+# N-D permutes
+# ---------------------------------------------------------------------------------------------------
+
+PERMUTE_KINDS = ("empty", "copy", "transpose2d", "rows", "tiles", "general")
+MAX_RANK = 8
+# A run shorter than this many bytes on both sides leaves a tile mostly masked: the general kernel
+# (contiguous writes, gathered reads) serves such layouts.
+MIN_RUN_BYTES = 16
+
+
+@dataclass(frozen=True)
+class PermutePlan:
+    """How ``x.permute(dims).contiguous()`` is carried out.
+
+    Dimensions of size 1 are dropped and output-adjacent dimensions that are also adjacent and in
+    order in the input's memory are merged, so ``sizes`` / ``in_strides`` (in elements) describe the
+    same copy with the fewest dimensions, in output order; the output is contiguous in that order.
+
+    Kinds:
+      * ``empty``: nothing to move;
+      * ``copy``: one contiguous run (the identity, after merging);
+      * ``rows`` (inner dimension kept): the output's innermost dimension is also the input's
+        contiguous one; batched row copies with wide vector access;
+      * ``transpose2d``: exactly two merged dimensions, swapped: the 2-D transpose kernel;
+      * ``tiles`` (inner dimension moved): a 2-D tile of the input's fastest dimension ``a`` and the
+        output's fastest (the last), batched over the other dimensions;
+      * ``general``: anything else (both innermost runs shorter than MIN_RUN_BYTES, or a 1-D gather):
+        each output element gathered from its input offset.
+    """
+
+    kind: str
+    out_shape: tuple
+    sizes: tuple
+    in_strides: tuple
+    a: int | None = None
+
+    @property
+    def out_strides(self) -> tuple:
+        strides, acc = [], 1
+        for size in reversed(self.sizes):
+            strides.append(acc)
+            acc *= size
+        return tuple(reversed(strides))
+
+    @property
+    def batch(self) -> tuple:
+        """Merged dimensions outside the kernel's tile (tiles: all but a and the last; rows: all but the last)."""
+        if self.kind == "tiles":
+            return tuple(i for i in range(len(self.sizes) - 1) if i != self.a)
+        if self.kind == "rows":
+            return tuple(range(len(self.sizes) - 1))
+        return ()
+
+
+def merge_dims(sizes, strides) -> tuple[tuple, tuple]:
+    """Drop size-1 dimensions and merge each dimension into the next where it steps over it exactly."""
+    dims = [(s, st) for s, st in zip(sizes, strides) if s != 1]
+    merged: list = []
+    for size, stride in reversed(dims):
+        if merged and stride == merged[-1][1] * merged[-1][0]:
+            inner_size, inner_stride = merged.pop()
+            merged.append((size * inner_size, inner_stride))
+        else:
+            merged.append((size, stride))
+    merged.reverse()
+    return tuple(s for s, _ in merged), tuple(st for _, st in merged)
+
+
+def check_perm(dims, rank: int) -> tuple:
+    """``dims`` as a tuple of non-negative ints, or ValueError/TypeError naming it."""
+    if not isinstance(dims, (tuple, list)) or any(type(d) is not int for d in dims):
+        raise TypeError(f"dims must be a tuple or list of ints, got {dims!r}")
+    norm = tuple(d + rank if d < 0 else d for d in dims)
+    if sorted(norm) != list(range(rank)):
+        raise ValueError(f"dims must be a permutation of range({rank}) (x has {rank} dimensions), got {tuple(dims)}")
+    return norm
+
+
+def plan_permute(shape, strides, dims, element_size: int) -> PermutePlan:
+    """Plan ``x.permute(dims).contiguous()`` for x of this shape and these strides (in elements)."""
+    rank = len(shape)
+    if rank > MAX_RANK:
+        raise ValueError(f"x must have at most {MAX_RANK} dimensions, got {rank}")
+    dims = check_perm(dims, rank)
+    out_shape = tuple(shape[d] for d in dims)
+    numel = 1
+    for s in shape:
+        numel *= s
+    if numel == 0:
+        return PermutePlan("empty", out_shape, (), ())
+    sizes, in_strides = merge_dims(out_shape, tuple(strides[d] for d in dims))
+    if not sizes:  # every dimension has size 1: one element
+        sizes, in_strides = (1,), (1,)
+    if len(sizes) == 1:
+        return PermutePlan("copy" if in_strides[0] == 1 else "general", out_shape, sizes, in_strides)
+    if in_strides[-1] == 1:
+        return PermutePlan("rows", out_shape, sizes, in_strides)
+    others = [i for i in range(len(sizes) - 1) if in_strides[i] > 0]
+    if not others:
+        return PermutePlan("general", out_shape, sizes, in_strides)
+    a = min(others, key=lambda i: (in_strides[i], -i))
+    runs_short = sizes[a] * element_size < MIN_RUN_BYTES and sizes[-1] * element_size < MIN_RUN_BYTES
+    if runs_short or in_strides[a] > 1 and sizes[-1] * element_size < MIN_RUN_BYTES:
+        return PermutePlan("general", out_shape, sizes, in_strides)
+    if len(sizes) == 2:
+        return PermutePlan("transpose2d", out_shape, sizes, in_strides, a)
+    return PermutePlan("tiles", out_shape, sizes, in_strides, a)
+
+
+def innermost_runs(plan: PermutePlan, element_size: int) -> tuple[int, int]:
+    """Bytes of the longest contiguous run on the input side and on the output side of a permute."""
+    if plan.kind == "empty":
+        return 0, 0
+    out_run = plan.sizes[-1] * element_size
+    in_run = max((s for s, st in zip(plan.sizes, plan.in_strides) if st == 1), default=1) * element_size
+    return in_run, out_run

@@ -70,3 +70,33 @@ def auto_backend(x) -> str:
     M, N = x.shape
     es = x.element_size()
     return _table()["auto"].get(f"{es}:{shape_class(M, N, es)}", "triton")
+
+
+# Block shapes of the N-D permute kernels (tileflip.kernels.triton_permute), kept here, free of triton,
+# so that the planner's explanations show what the launcher runs.
+
+
+def _pow2_at_most(n: int, cap: int) -> int:
+    p = 1
+    while p < n and p < cap:
+        p *= 2
+    return p
+
+
+def rows_blocks(L: int, element_size: int) -> tuple[int, int, int]:
+    """(BLOCK_R, BLOCK_L, warps): 16 KiB tiles, rows as long as the run allows."""
+    tile = 16384 // element_size
+    block_l = _pow2_at_most(L, tile)
+    return max(1, tile // block_l), block_l, 8
+
+
+def tiles_blocks(size_b: int, size_a: int, config) -> tuple[int, int, int]:
+    """(BLOCK_B, BLOCK_A, warps): the 2-D tile of the tuning table, reshaped to fit a short dimension."""
+    area = config.block_m * config.block_n
+    block_a = _pow2_at_most(size_a, config.block_n)
+    block_b = _pow2_at_most(size_b, min(area // block_a, 512))
+    block_a = _pow2_at_most(size_a, max(block_a, area // block_b))
+    return block_b, block_a, config.num_warps
+
+
+GENERAL_BLOCK = 1024

@@ -1,0 +1,154 @@
+"""tileflip.permute: exact bits for any rank, permutation and strides; each plan kind exercised."""
+
+import random
+
+import pytest
+import torch
+
+import tileflip
+from tileflip import plan
+from conftest import HAS_GPU
+from helpers import assert_bits_equal, bits, poisoned, random_bits
+
+DEVICES = [pytest.param("cpu", marks=pytest.mark.skipif(HAS_GPU, reason="on a GPU machine the gpu cases run")),
+           pytest.param("cuda", marks=pytest.mark.gpu)]  # fmt: skip
+
+
+def _view(base_shape, kind, dtype, device, seed):
+    x = random_bits(base_shape, dtype, device, seed)
+    if kind == "contiguous":
+        return x
+    if kind == "transposed":  # the last two dimensions swapped in memory
+        return x.transpose(-1, -2).contiguous().transpose(-1, -2)
+    if kind == "sliced":
+        return x[(slice(None),) * (x.dim() - 1) + (slice(1, None, 2),)]
+    if kind == "expanded":
+        return x[(slice(0, 1),) + (slice(None),) * (x.dim() - 1)].expand((3,) + tuple(x.shape[1:]))
+    raise ValueError(kind)
+
+
+# (name, shape, dims, dtype, view, expected plan kind)
+NAMED = [
+    ("bshd_to_bhsd", (2, 64, 4, 32), (0, 2, 1, 3), torch.bfloat16, "contiguous", "rows"),
+    ("bshd_0321", (2, 64, 4, 32), (0, 3, 2, 1), torch.bfloat16, "contiguous", "tiles"),
+    ("bshd_0231", (2, 64, 4, 32), (0, 2, 3, 1), torch.bfloat16, "contiguous", "tiles"),
+    ("nchw_to_nhwc", (2, 48, 7, 7), (0, 2, 3, 1), torch.float16, "contiguous", "tiles"),
+    ("nhwc_to_nchw", (2, 7, 7, 48), (0, 3, 1, 2), torch.float16, "contiguous", "tiles"),
+    ("identity_is_copy", (3, 4, 5), (0, 1, 2), torch.float32, "contiguous", "copy"),
+    ("size1_dims_merge_to_copy", (3, 1, 5), (1, 0, 2), torch.int8, "contiguous", "copy"),
+    ("pure_2d", (37, 70), (1, 0), torch.float32, "contiguous", "transpose2d"),
+    ("merged_to_2d", (6, 5, 40), (2, 0, 1), torch.float32, "contiguous", "transpose2d"),
+    ("rank0", (), (), torch.float64, "contiguous", "copy"),
+    ("rank1", (17,), (0,), torch.int32, "contiguous", "copy"),
+    ("reverse_rank4_short_runs", (2, 3, 4, 3), (3, 2, 1, 0), torch.float32, "contiguous", "general"),
+    ("rank8", (2, 2, 3, 2, 2, 3, 2, 9), (7, 0, 6, 1, 5, 2, 4, 3), torch.int16, "contiguous", "tiles"),
+    ("rank8_short_runs", (2, 2, 3, 2, 2, 3, 2, 5), (7, 0, 6, 1, 5, 2, 4, 3), torch.int16, "contiguous", "general"),
+    ("rank8_inner_kept", (2, 2, 3, 2, 2, 3, 2, 17), (6, 0, 5, 1, 4, 2, 3, 7), torch.int8, "contiguous", "rows"),
+    ("sliced_input", (4, 6, 40), (2, 1, 0), torch.float32, "sliced", "tiles"),
+    ("sliced_input_merges_to_2d", (4, 6, 40), (2, 0, 1), torch.float32, "sliced", "transpose2d"),
+    ("transposed_input_undone_is_copy", (5, 9, 33), (0, 2, 1), torch.float32, "transposed", "copy"),
+    ("transposed_input_merges_to_2d", (5, 9, 33), (1, 0, 2), torch.float32, "transposed", "transpose2d"),
+    ("expanded_input", (1, 8, 40), (2, 1, 0), torch.bfloat16, "expanded", "tiles"),
+    ("sliced_1d_gather", (50,), (0,), torch.float32, "sliced", "general"),
+]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name,shape,dims,dtype,view,kind", NAMED, ids=[c[0] for c in NAMED])
+def test_named_cases(name, shape, dims, dtype, view, kind, device):
+    x = _view(shape, view, dtype, device, seed=len(name)) if shape else random_bits((), dtype, device)
+    p = plan.plan_permute(tuple(x.shape), tuple(x.stride()), dims, x.element_size())
+    assert p.kind == kind, p
+    out = poisoned(tuple(x.shape[d] for d in dims), dtype, device)
+    assert tileflip.permute(x, dims, out) is out
+    assert_bits_equal(out, x.permute(dims))
+
+
+def test_every_kind_is_named():
+    kinds = {c[-1] for c in NAMED}
+    assert kinds == set(plan.PERMUTE_KINDS) - {"empty"}
+
+
+def _random_case(rng: random.Random):
+    rank = rng.randint(0, 6)
+    shape = [rng.choice([1, 2, 3, 5, 8, 16, 17]) for _ in range(rank)]
+    while rank and torch.Size(shape).numel() > 6000:
+        shape[rng.randrange(rank)] = max(1, shape[rng.randrange(rank)] // 2)
+    dims = list(range(rank))
+    rng.shuffle(dims)
+    dtype = rng.choice([torch.float32, torch.bfloat16, torch.int8, torch.float64, torch.bool])
+    view = rng.choice(["contiguous", "contiguous", "transposed", "sliced", "expanded"]) if rank >= 2 else "contiguous"
+    return tuple(shape), tuple(dims), dtype, view
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_random_sweep(device):
+    rng = random.Random(0)
+    kinds = set()
+    for i in range(60):
+        shape, dims, dtype, view = _random_case(rng)
+        x = _view(shape, view, dtype, device, seed=i) if shape else random_bits((), dtype, device)
+        kinds.add(plan.plan_permute(tuple(x.shape), tuple(x.stride()), dims, x.element_size()).kind)
+        y = tileflip.permute(x, dims)
+        assert_bits_equal(y, x.permute(dims))
+    assert {"rows", "tiles", "general", "copy"} <= kinds
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_empty(device):
+    x = torch.empty((3, 0, 4), device=device)
+    y = tileflip.permute(x, (2, 0, 1))
+    assert y.shape == (4, 3, 0)
+
+
+def test_negative_dims():
+    x = random_bits((3, 4, 5), torch.float32)
+    assert_bits_equal(tileflip.permute(x, (-1, 0, -2)), x.permute(2, 0, 1))
+
+
+class TestErrors:
+    @pytest.mark.parametrize("dims", [(0, 1), (0, 1, 1), (0, 1, 3), (0, 1, 2, 3)])
+    def test_not_a_permutation(self, dims):
+        with pytest.raises(ValueError, match=r"dims must be a permutation of range\(3\)"):
+            tileflip.permute(torch.ones(2, 3, 4), dims)
+
+    @pytest.mark.parametrize("dims", [None, (0, 1.0, 2), "012", (0, True, 2)])
+    def test_dims_type(self, dims):
+        with pytest.raises(TypeError, match="dims must be a tuple or list of ints"):
+            tileflip.permute(torch.ones(2, 3, 4), dims)
+
+    def test_rank_too_high(self):
+        with pytest.raises(ValueError, match="at most 8 dimensions"):
+            tileflip.permute(torch.ones((1,) * 9), tuple(range(9)))
+
+    def test_out_wrong_shape_writes_nothing(self):
+        x = random_bits((2, 3, 4), torch.float32)
+        out = poisoned((2, 3, 4), torch.float32)
+        before = bits(out).clone()
+        with pytest.raises(ValueError, match=r"out must have shape \(4, 2, 3\)"):
+            tileflip.permute(x, (2, 0, 1), out)
+        assert torch.equal(bits(out), before)
+
+    def test_out_overlap(self):
+        buf = poisoned((100,), torch.float32)
+        with pytest.raises(ValueError, match="out overlaps x"):
+            tileflip.permute(buf[:24].view(2, 3, 4), (2, 0, 1), buf[10:34].view(4, 2, 3))
+
+    def test_backend(self):
+        with pytest.raises(ValueError, match="backend must be one of"):
+            tileflip.permute(torch.ones(2, 3), (1, 0), backend="cuda-tiled")
+
+    def test_not_tensor(self):
+        with pytest.raises(TypeError, match="x must be a torch.Tensor"):
+            tileflip.permute([[1, 2]], (1, 0))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_compiled_permute(device):
+    torch._dynamo.reset()
+
+    def f(x):
+        return tileflip.permute(x + 1, (0, 2, 1, 3)) * 2
+
+    x = random_bits((2, 16, 4, 8), torch.int32, device, seed=9)
+    assert_bits_equal(torch.compile(f, fullgraph=True)(x), ((x + 1).permute(0, 2, 1, 3) * 2).contiguous())
