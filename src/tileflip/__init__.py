@@ -5,10 +5,14 @@ so the public operations are loaded on first use.
 """
 
 __version__ = "0.1.0"
-__all__ = ["transpose", "permute"]
+__all__ = ["transpose", "permute", "cast_transpose"]
 
 
 def __getattr__(name):
+    if name == "cast_transpose":
+        from tileflip.cast import cast_transpose
+
+        return cast_transpose
     if name in __all__:
         from tileflip import ops
 

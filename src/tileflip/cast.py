@@ -1,0 +1,119 @@
+"""``cast_transpose``: x to fp8 in both layouts, and max|x|, from one read of x.
+
+FP8 training keeps each tensor in fp8 twice, row-major and transposed (Hopper's fp8 matrix
+instructions want K-major operands), and needs max|x| for the next scale. As separate torch ops that
+reads x several times; here one Triton kernel reads each tile once and writes it twice, and the amax
+comes from one int32 partial per program (a reduction over those partials is the only other kernel).
+
+The conversion rule, exact on every input: ``y`` holds the bits torch gives for
+``(x.float() * scale).clamp(-fmax, fmax).to(dtype)``, with the product taken in fp32 (a Python float
+``scale`` is first rounded to fp32, as torch rounds it). So finite values above fmax and +-inf
+saturate to +-fmax (448 for e4m3fn, 57344 for e5m2), everything else rounds to nearest even, fp8
+subnormals included, and -0.0 stays -0.0. NaN gives NaN (byte 0x7f with x's sign bit; only
+"is NaN" is promised). The kernel does the rounding in integer bit arithmetic (see
+``tileflip.kernels.triton_cast_transpose``), so Triton's interpreter and the GPU agree bit for bit.
+
+``amax`` is ``x.abs().amax().float()`` of the unscaled x, exactly: NaN if x holds a NaN (as
+``torch.amax``), inf if it holds an inf, 0.0 when x is all zeros, and 0.0 for an empty x (where
+``torch.amax`` would raise).
+"""
+
+from __future__ import annotations
+
+import torch
+
+INPUT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
+
+_kernel_module = None
+
+
+def _kernels():
+    # Imported on first use, like ops._triton: importing triton costs about a second.
+    global _kernel_module
+    if _kernel_module is None:
+        from tileflip.kernels import triton_cast_transpose
+
+        _kernel_module = triton_cast_transpose
+    return _kernel_module
+
+
+def _check_x(x) -> None:
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
+    if x.dim() != 2:
+        raise ValueError(f"x must be 2-D, got a {x.dim()}-D tensor of shape {tuple(x.shape)}")
+    if x.dtype not in INPUT_DTYPES:
+        raise TypeError(f"x must have dtype float32, float16 or bfloat16, got {x.dtype}")
+    if x.device.type == "cuda":
+        return
+    if x.device.type != "cpu":
+        raise ValueError(f"x must be on a CPU or CUDA device, got {x.device}")
+    if not _kernels().is_interpreted():
+        raise ValueError(
+            "cast_transpose got a CPU tensor, but Triton's interpreter is off: set TRITON_INTERPRET=1 "
+            "before importing tileflip to run the kernel on the CPU"
+        )
+
+
+def _check_dtype(dtype) -> None:
+    if dtype not in FP8_DTYPES:
+        raise TypeError(f"dtype must be torch.float8_e4m3fn or torch.float8_e5m2, got {dtype!r}")
+
+
+def _check_scale(x: torch.Tensor, scale) -> None:
+    if isinstance(scale, torch.Tensor):
+        if scale.dim() != 0:
+            raise ValueError(f"scale must be a 0-d tensor, got shape {tuple(scale.shape)}")
+        if scale.dtype != torch.float32:
+            raise TypeError(f"scale must have dtype float32, got {scale.dtype}")
+        if scale.device != x.device:
+            raise ValueError(f"scale must be on {x.device} (x's device), got {scale.device}")
+        return
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)):
+        raise TypeError(f"scale must be a Python float, a 0-d float32 tensor or None, got {type(scale).__name__}")
+
+
+def _check_flag(name: str, value) -> None:
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
+
+
+def cast_transpose(
+    x: torch.Tensor,
+    dtype: torch.dtype = torch.float8_e4m3fn,
+    scale: float | torch.Tensor | None = None,
+    *,
+    transpose: bool = True,
+    amax: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    """Return ``(y, y_t, amax)`` for the 2-D fp32, fp16 or bf16 tensor ``x`` (any strides).
+
+    ``y`` is ``saturate(x * scale)`` in ``dtype`` (``torch.float8_e4m3fn`` or ``torch.float8_e5m2``),
+    contiguous M x N; ``y_t`` is its contiguous N x M transpose; ``amax`` is max|x| of the unscaled x
+    as a 0-d float32 tensor. ``transpose=False`` and ``amax=False`` put None in their place and skip
+    that work. ``scale`` is a Python float or a 0-d float32 tensor on x's device (read by the kernel,
+    so the host never waits for it); None means 1. The rounding rule is in this module's docstring.
+    Refusals are ``TypeError`` or ``ValueError`` naming the argument, raised before any work.
+    """
+    _check_x(x)
+    _check_dtype(dtype)
+    scale = 1.0 if scale is None else scale
+    _check_scale(x, scale)
+    _check_flag("transpose", transpose)
+    _check_flag("amax", amax)
+    M, N = x.shape
+    y = torch.empty((M, N), dtype=dtype, device=x.device)
+    y_t = torch.empty((N, M), dtype=dtype, device=x.device) if transpose else None
+    if x.numel() == 0:
+        return y, y_t, (torch.zeros((), dtype=torch.float32, device=x.device) if amax else None)
+    kernels = _kernels()
+    partials = None
+    if amax:
+        partials = torch.empty(kernels.num_programs(M, N, x.element_size()), dtype=torch.int32, device=x.device)
+    if x.device.type == "cuda" and x.device.index != torch.cuda.current_device():
+        with torch.cuda.device(x.device):
+            kernels.launch(x, y, y_t, partials, scale, dtype)
+            return y, y_t, (kernels.finalize_amax(partials) if amax else None)
+    kernels.launch(x, y, y_t, partials, scale, dtype)
+    return y, y_t, (kernels.finalize_amax(partials) if amax else None)

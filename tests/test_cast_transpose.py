@@ -1,0 +1,491 @@
+"""tileflip.cast_transpose: fp8 bits of y and y_t equal torch's conversion, amax exact, clear errors.
+
+The reference is torch's own ``(x.float() * scale).clamp(-fmax, fmax).to(dtype)``, ``.t().contiguous()``
+and ``x.abs().amax().float()``. Cases run in Triton's interpreter on the CPU (the kernel's integer
+conversion) and natively on a GPU (marked ``gpu``: the hardware conversion, and the integer one forced).
+fp8 results are compared as bytes, exactly, except that a NaN only has to be a NaN (its sign may
+differ); amax is compared as fp32 bits.
+"""
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+from conftest import HAS_GPU
+from helpers import poisoned, random_bits
+
+from tileflip.cast import cast_transpose
+from tileflip.kernels import triton_cast_transpose as kernels
+from tileflip.tuning import TileConfig
+
+# numpy warns on inf * 0 and overflowing products in the interpreter; they are the cases under test.
+pytestmark = pytest.mark.filterwarnings("ignore:.*encountered in:RuntimeWarning")
+
+E4M3, E5M2 = torch.float8_e4m3fn, torch.float8_e5m2
+FP8 = [pytest.param(E4M3, id="e4m3fn"), pytest.param(E5M2, id="e5m2")]
+needs_interpreter = pytest.mark.skipif(HAS_GPU, reason="on a GPU machine the gpu-marked cases run these natively")
+DEVICES = [pytest.param("cpu", marks=needs_interpreter), pytest.param("cuda", marks=pytest.mark.gpu)]
+# On the GPU each conversion path is tested; in the interpreter only the integer one exists.
+PATHS = [
+    pytest.param("cpu", None, id="cpu", marks=needs_interpreter),
+    pytest.param("cuda", None, id="cuda-hw", marks=pytest.mark.gpu),
+    pytest.param("cuda", False, id="cuda-int", marks=pytest.mark.gpu),
+]
+
+
+# --------------------------------------------------------------------------------------------------
+# Reference and comparison
+# --------------------------------------------------------------------------------------------------
+
+
+def reference(x, dtype, scale=None):
+    fmax = torch.finfo(dtype).max
+    y = (x.float() * (1.0 if scale is None else scale)).clamp(-fmax, fmax).to(dtype)
+    amax = x.abs().amax().float() if x.numel() else torch.zeros((), device=x.device)
+    return y, y.t().contiguous(), amax
+
+
+def assert_fp8_equal(actual, expected, x=None):
+    assert actual.shape == expected.shape, (actual.shape, expected.shape)
+    assert actual.dtype == expected.dtype and actual.device == expected.device
+    assert actual.is_contiguous(), actual.stride()
+    a, e = actual.view(torch.uint8).cpu(), expected.contiguous().view(torch.uint8).cpu()
+    nan_a, nan_e = actual.float().isnan().cpu(), expected.float().isnan().cpu()
+    assert torch.equal(nan_a, nan_e), f"NaN positions differ at {(nan_a != nan_e).nonzero()[:5].tolist()}"
+    diff = ((a != e) & ~nan_e).nonzero()
+    if diff.numel():
+        where = diff[:5].tolist()
+        got = [hex(a[tuple(i)].item()) for i in where]
+        want = [hex(e[tuple(i)].item()) for i in where]
+        inputs = [] if x is None or x.shape != actual.shape else [x[tuple(i)].item() for i in where]
+        raise AssertionError(f"{len(diff)} of {a.numel()} bytes differ; at {where}: got {got}, want {want}, x {inputs}")
+
+
+def assert_amax_equal(actual, expected):
+    assert actual.shape == () and actual.dtype == torch.float32 and actual.device == expected.device
+    if expected.isnan():
+        assert actual.isnan(), actual
+    else:
+        assert actual.view(torch.int32).item() == expected.view(torch.int32).item(), (actual.item(), expected.item())
+
+
+def check(x, dtype, scale=None, *, hw_cvt=None, config=None):
+    """Launch into poisoned outputs and compare y, y_t and amax with the reference. On a GPU the case
+    runs twice: the first launch compiles, the second takes the launcher's fast path."""
+    M, N = x.shape
+    want = reference(x, dtype, scale)
+    for _ in range(2 if x.is_cuda else 1):
+        y, y_t = poisoned((M, N), dtype, x.device), poisoned((N, M), dtype, x.device)
+        partials = poisoned((kernels.num_programs(M, N, x.element_size(), config),), torch.int32, x.device)
+        kernels.launch(x, y, y_t, partials, 1.0 if scale is None else scale, dtype, config, hw_cvt=hw_cvt)
+        assert_fp8_equal(y, want[0], x)
+        assert_fp8_equal(y_t, want[1])
+        assert_amax_equal(kernels.finalize_amax(partials), want[2])
+
+
+def fp32_from_bits(bits_list) -> torch.Tensor:
+    return torch.tensor(np.array(bits_list, dtype=np.int64).astype(np.uint32).view(np.int32)).view(torch.float32)
+
+
+def as_matrix(values: torch.Tensor, cols: int = 128) -> torch.Tensor:
+    """Pad a 1-D tensor with zeros to whole rows of ``cols``."""
+    pad = (-values.numel()) % cols
+    return torch.cat([values, values.new_zeros(pad)]).reshape(-1, cols)
+
+
+# --------------------------------------------------------------------------------------------------
+# Crafted inputs
+# --------------------------------------------------------------------------------------------------
+
+
+def fp8_grid_edges(dtype) -> torch.Tensor:
+    """Every finite fp8 value, the midpoints between neighbours (the ties), one fp32 ulp either side of
+    each, and what lies beyond both ends: above fmax up to inf, below half the smallest subnormal."""
+    codes = torch.arange(256, dtype=torch.int32).to(torch.uint8).view(dtype).float()
+    grid = codes[codes.isfinite() & (codes >= 0)].unique().double()
+    mids = (grid[:-1] + grid[1:]) / 2
+    fmax, tiny = grid[-1].item(), grid[1].item()
+    ulp = fmax - grid[-2].item()  # fmax + ulp / 2 is where a wider format would round up past fmax
+    beyond = [fmax + ulp / 2, fmax + ulp, fmax * 1.01, 2 * fmax, 1e30, 3.4e38, float("inf"),
+              tiny / 2, tiny / 4, tiny * 0.75, tiny * 1.5, tiny * 2.5, 2.0**-126, 2.0**-149]  # fmt: skip
+    base = torch.cat([grid, mids, torch.tensor(beyond, dtype=torch.float64)]).float()
+    bits = base.view(torch.int32)
+    near = torch.cat([base, (bits + 1).view(torch.float32), (bits - 1).view(torch.float32)])
+    near = near[near >= 0]
+    return torch.cat([near, -near])
+
+
+def special_fp32() -> torch.Tensor:
+    """Zeros, NaN payloads of both signs, fp32 denormals and extremes."""
+    return fp32_from_bits([
+        0x00000000, 0x80000000, 0x7F800000, 0xFF800000,  # +-0, +-inf
+        0x7FC00000, 0xFFC00000, 0x7F800001, 0xFF800001, 0x7FFFFFFF, 0xFFFFFFFF, 0x7FA00000,  # NaNs
+        0x00000001, 0x80000001, 0x007FFFFF, 0x807FFFFF, 0x00400000,  # fp32 denormals
+        0x00800000, 0x80800000, 0x7F7FFFFF, 0xFF7FFFFF,  # smallest normal, largest finite
+    ])  # fmt: skip
+
+
+def fp32_bit_sweep() -> torch.Tensor:
+    """Every fp32 exponent and sign with mantissas that sit on, and one ulp around, the rounding
+    boundaries of both formats: the normal ties (bit 19 or 20) and the subnormal ties, whose bit moves
+    from 17 to 22 and on to the implicit bit as the exponent falls."""
+    mantissas = {0, 1, 0x7FFFFF, 0x7FFFFE, 0x400000}
+    for drop in (20, 21):
+        for k in range(8):
+            tie = (k << drop) | (1 << (drop - 1))
+            mantissas |= {k << drop, tie - 1, tie, tie + 1}
+    for bit in range(17, 23):
+        mantissas |= {(1 << bit) - 1, 1 << bit, (1 << bit) + 1, (3 << bit) & 0x7FFFFF}
+    mantissas = sorted(m & 0x7FFFFF for m in mantissas)
+    patterns = [(s << 31) | (e << 23) | m for s in (0, 1) for e in range(256) for m in mantissas]
+    return fp32_from_bits(patterns)
+
+
+def all_16bit(dtype) -> torch.Tensor:
+    """Every bit pattern of a 2-byte float type, as a 256 x 256 matrix."""
+    return torch.arange(65536, dtype=torch.int32).to(torch.int16).view(dtype).reshape(256, 256)
+
+
+# --------------------------------------------------------------------------------------------------
+# Exactness
+# --------------------------------------------------------------------------------------------------
+
+SCALES = [None, 3.7, 0.3, 2.0**-8, 300.0, "tensor"]
+
+
+@pytest.mark.parametrize("device,hw_cvt", PATHS)
+@pytest.mark.parametrize("dtype", FP8)
+@pytest.mark.parametrize("x_dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("scale", SCALES, ids=str)
+def test_every_16bit_input(x_dtype, dtype, scale, device, hw_cvt):
+    x = all_16bit(x_dtype).to(device)
+    if scale == "tensor":
+        scale = torch.tensor(0.7, device=device)
+    check(x, dtype, scale, hw_cvt=hw_cvt)
+
+
+@pytest.mark.parametrize("device,hw_cvt", PATHS)
+@pytest.mark.parametrize("dtype", FP8)
+def test_fp8_grid_ties_and_saturation(dtype, device, hw_cvt):
+    x = as_matrix(torch.cat([fp8_grid_edges(dtype), special_fp32()])).to(device)
+    check(x, dtype, hw_cvt=hw_cvt)
+
+
+@pytest.mark.parametrize("device,hw_cvt", PATHS)
+@pytest.mark.parametrize("dtype", FP8)
+@pytest.mark.parametrize("scale", [None, 2.0**-3, 3.7], ids=str)
+def test_fp32_bit_sweep(dtype, scale, device, hw_cvt):
+    check(as_matrix(fp32_bit_sweep(), 256).to(device), dtype, scale, hw_cvt=hw_cvt)
+
+
+@pytest.mark.parametrize("device,hw_cvt", PATHS)
+@pytest.mark.parametrize("dtype", FP8)
+def test_product_rounds_in_fp32(dtype, device, hw_cvt):
+    """Each product is rounded to fp32 before the fp8 rounding (a double rounding the reference does too),
+    and a tiny input scaled up is not flushed: fp32 denormals times 2**127 cover the fp8 subnormals."""
+    gen = torch.Generator().manual_seed(1)
+    grid = fp8_grid_edges(dtype)
+    x = torch.cat([grid / 3.7, grid * (1 + 2**-20) / 3.7, grid / 3.7 * (1 - 2**-21)])
+    check(as_matrix(x).to(device), dtype, 3.7, hw_cvt=hw_cvt)
+    denormals = fp32_from_bits(torch.randint(1, 1 << 23, (2048,), generator=gen).tolist() + [1 << k for k in range(23)])
+    check(as_matrix(torch.cat([denormals, -denormals])).to(device), dtype, 2.0**127, hw_cvt=hw_cvt)
+
+
+@pytest.mark.parametrize("device,hw_cvt", PATHS)
+@pytest.mark.parametrize("dtype", FP8)
+def test_random_inputs(dtype, device, hw_cvt):
+    gen = torch.Generator().manual_seed(2)
+    magnitudes = 10.0 ** torch.randint(-6, 4, (200, 1), generator=gen)
+    x32 = (torch.randn(200, 300, generator=gen) * magnitudes).to(device)
+    check(x32, dtype, None, hw_cvt=hw_cvt)
+    check(x32, dtype, torch.tensor(0.0123, device=device), hw_cvt=hw_cvt)
+    check(random_bits((150, 170), torch.float16, device, seed=5), dtype, 1 / 3, hw_cvt=hw_cvt)
+    check(random_bits((150, 170), torch.float32, device, seed=6), dtype, 2.0**100, hw_cvt=hw_cvt)
+
+
+# --------------------------------------------------------------------------------------------------
+# Shapes, strides, program order
+# --------------------------------------------------------------------------------------------------
+
+SHAPES = [(1, 1), (2, 3), (31, 65), (1, 300), (300, 1), (130, 67), (257, 129)]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+@pytest.mark.parametrize("x_dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_shapes(shape, x_dtype, device):
+    x = (torch.randn(shape, generator=torch.Generator().manual_seed(3)) * 100).to(x_dtype).to(device)
+    check(x, E4M3, 0.5)
+
+
+def _views(device):
+    base = (torch.randn(96, 150, generator=torch.Generator().manual_seed(4)) * 300).to(device)
+    return {
+        "transposed": base.t(),  # strides (1, 150)
+        "step_slices": base[1::3, ::2],  # strides (450, 2) and an offset
+        "storage_offset": base[5:70, 17:130],
+        "expanded_stride0": base[:1].expand(33, 150),
+        "expanded_both": torch.tensor([-1.5], device=device).expand(17, 23),
+        "bf16_transposed": base.bfloat16().t(),
+    }
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("view", list(_views("cpu")))
+def test_strided_inputs(view, device):
+    x = _views(device)[view]
+    check(x, E5M2, 2.0)
+    y, y_t, amax = cast_transpose(x, E5M2, 2.0)
+    want = reference(x, E5M2, 2.0)
+    assert_fp8_equal(y, want[0])
+    assert_fp8_equal(y_t, want[1])
+    assert_amax_equal(amax, want[2])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("config", [TileConfig(32, 64, 4, group_m=3), TileConfig(64, 32, 4), TileConfig(16, 16, 1)],
+                         ids=str)  # fmt: skip
+def test_other_tiles_and_grouped_order(config, device):
+    """Many programs with tails in both dimensions, grouped program order included."""
+    x = random_bits((130, 200), torch.bfloat16, device, seed=9)
+    check(x, E4M3, 0.25, config=config)
+
+
+# --------------------------------------------------------------------------------------------------
+# Public API: flags, amax, empty tensors
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("transpose", [True, False])
+@pytest.mark.parametrize("amax", [True, False])
+def test_flags(transpose, amax, device):
+    x = random_bits((70, 45), torch.float16, device, seed=10)
+    y, y_t, a = cast_transpose(x, E4M3, torch.tensor(4.0, device=device), transpose=transpose, amax=amax)
+    want = reference(x, E4M3, 4.0)
+    assert_fp8_equal(y, want[0])
+    if transpose:
+        assert_fp8_equal(y_t, want[1])
+    else:
+        assert y_t is None
+    if amax:
+        assert_amax_equal(a, want[2])
+    else:
+        assert a is None
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_defaults(device):
+    x = torch.tensor([[1.0, -500.0], [0.01, 3.0]], device=device)
+    y, y_t, a = cast_transpose(x)
+    assert y.dtype == E4M3 and y_t.dtype == E4M3
+    assert y.float().tolist() == [[1.0, -448.0], [0.009765625, 3.0]]
+    assert torch.equal(y_t.float(), y.float().t())
+    assert a.item() == 500.0
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize(
+    "case",
+    ["nan_in_last_tile", "neg_nan", "neg_inf", "all_neg_zero", "all_zero", "inf_and_nan", "fp16_max", "tiny"],
+)
+def test_amax(case, device):
+    x = torch.zeros(300, 260)
+    if case == "nan_in_last_tile":
+        x = torch.randn(300, 260, generator=torch.Generator().manual_seed(11))
+        x[-1, -1] = float("nan")
+    elif case == "neg_nan":
+        x[150, 3] = fp32_from_bits([0xFFC00001])[0]
+    elif case == "neg_inf":
+        x[7, 200] = -float("inf")
+    elif case == "all_neg_zero":
+        x = -x
+    elif case == "inf_and_nan":
+        x[0, 0], x[299, 259] = float("inf"), float("nan")
+    elif case == "fp16_max":
+        x = x.half()
+        x[100, 100] = -65504.0
+    elif case == "tiny":
+        x[299, 0] = -(2.0**-149)
+    x = x.to(device)
+    _, _, a = cast_transpose(x, E5M2, transpose=False)
+    assert_amax_equal(a, reference(x, E5M2)[2])
+    if case == "all_neg_zero":
+        assert a.view(torch.int32).item() == 0  # +0.0, as torch's amax of |x| gives
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("shape", [(0, 5), (5, 0), (0, 0)], ids=str)
+def test_empty(shape, device):
+    y, y_t, a = cast_transpose(torch.empty(shape, device=device), E4M3)
+    assert y.shape == shape and y_t.shape == shape[::-1] and y.dtype == E4M3 and y_t.dtype == E4M3
+    assert a.shape == () and a.dtype == torch.float32 and a.item() == 0.0
+
+
+# --------------------------------------------------------------------------------------------------
+# Errors
+# --------------------------------------------------------------------------------------------------
+
+
+def _bad_calls(device):
+    x = torch.zeros(4, 4, device=device)
+    return {
+        "x_list": (lambda: cast_transpose([[1.0]]), TypeError, "x must be a torch.Tensor"),
+        "x_1d": (lambda: cast_transpose(x[0]), ValueError, "x must be 2-D"),
+        "x_3d": (lambda: cast_transpose(x[None]), ValueError, "x must be 2-D"),
+        "x_int": (lambda: cast_transpose(x.int()), TypeError, "x must have dtype"),
+        "x_fp64": (lambda: cast_transpose(x.double()), TypeError, "x must have dtype"),
+        "x_fp8": (lambda: cast_transpose(x.to(E4M3)), TypeError, "x must have dtype"),
+        "dtype_fp16": (lambda: cast_transpose(x, torch.float16), TypeError, "dtype must be"),
+        "dtype_fnuz": (lambda: cast_transpose(x, torch.float8_e4m3fnuz), TypeError, "dtype must be"),
+        "dtype_str": (lambda: cast_transpose(x, "float8_e4m3fn"), TypeError, "dtype must be"),
+        "scale_str": (lambda: cast_transpose(x, E4M3, "2"), TypeError, "scale must be"),
+        "scale_bool": (lambda: cast_transpose(x, E4M3, True), TypeError, "scale must be"),
+        "scale_1d": (lambda: cast_transpose(x, E4M3, x[0, :1]), ValueError, "scale must be a 0-d"),
+        "scale_fp64": (lambda: cast_transpose(x, E4M3, x[0, 0].double()), TypeError, "scale must have dtype"),
+        "scale_device": (
+            lambda: cast_transpose(x, E4M3, x.new_ones((), device="meta")),
+            ValueError,
+            "scale must be on",
+        ),
+        "transpose_int": (lambda: cast_transpose(x, transpose=1), TypeError, "transpose must be a bool"),
+        "amax_none": (lambda: cast_transpose(x, amax=None), TypeError, "amax must be a bool"),
+    }
+
+
+@pytest.mark.parametrize("name", list(_bad_calls("cpu")))
+def test_errors(name, device):
+    call, kind, message = _bad_calls(device)[name]
+    with pytest.raises(kind, match=message):
+        call()
+
+
+@needs_interpreter
+def test_cpu_without_interpreter_is_refused(monkeypatch):
+    monkeypatch.setattr(kernels, "_INTERPRETED", False)
+    with pytest.raises(ValueError, match="interpreter is off"):
+        cast_transpose(torch.zeros(4, 4))
+
+
+def test_python_scale_is_rounded_to_fp32():
+    assert kernels.fp32_value(0.1) == float(np.float32(0.1))
+    assert kernels.fp32_value(1e40) == float("inf")
+    assert kernels.fp32_value(1e-50) == 0.0
+
+
+# --------------------------------------------------------------------------------------------------
+# What the GPU runs (compiled for sm_90 without a GPU)
+# --------------------------------------------------------------------------------------------------
+
+_PTX_PROBE = """
+import re, sys, torch
+from tileflip.kernels import triton_cast_transpose as k
+for x_dtype in (torch.bfloat16, torch.float32):
+    for dtype, cvt in ((torch.float8_e4m3fn, "e4m3x2"), (torch.float8_e5m2, "e5m2x2")):
+        ptx = k.compile_for_target(x_dtype, dtype).asm["ptx"]
+        assert f"cvt.rn.satfinite.{cvt}.f32" in ptx, "no saturating round-to-nearest fp8 conversion"
+        assert not re.search(r"\\.ftz", ptx), "an instruction flushes denormals"
+        config = k.tile_config(x_dtype.itemsize)
+        loads = re.findall(r"ld\\.global(\\.v4)?", ptx)
+        assert loads.count(".v4") * 16 * 32 * config.num_warps == config.block_m * config.block_n * x_dtype.itemsize, (
+            "x is read once, in 16-byte loads")
+        assert len(loads) == loads.count(".v4") + 1, "the only other load is the scale's"
+        assert re.search(r"st\\.global\\.v4", ptx), "stores not vectorized"
+    ptx = k.compile_for_target(x_dtype, torch.float8_e4m3fn, hw_cvt=False).asm["ptx"]
+    assert "cvt.rn.satfinite" not in ptx and not re.search(r"\\.ftz", ptx)
+print("ok")
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(HAS_GPU, reason="the gpu-marked tests run the kernel itself")
+def test_sm90_code():
+    """The sm_90 code converts with cvt.rn.satfinite (round to nearest even, saturating like the clamp),
+    keeps fp32 denormals (no .ftz: scaled-up denormal inputs stay exact) and reads x once, vectorized.
+    Compiled in a child process: the interpreter cannot lower triton's own jit helpers."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    proc = subprocess.run(
+        [sys.executable, "-c", _PTX_PROBE], capture_output=True, text=True, env=env, timeout=300, check=False
+    )
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-3000:]
+
+
+# --------------------------------------------------------------------------------------------------
+# GPU only: kernels launched, compile cache
+# --------------------------------------------------------------------------------------------------
+
+
+def _kernel_names(fn) -> list[str]:
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("scale", [0.5, "tensor"])
+def test_one_kernel_reads_x(scale):
+    """One kernel reads x; the amax needs at most one more, tiny, kernel over the partials; no copy of
+    the scale to the device and nothing else."""
+    x = torch.randn(2048, 1536, device="cuda", dtype=torch.bfloat16)
+    s = torch.tensor(0.5, device="cuda") if scale == "tensor" else scale
+    names = _kernel_names(lambda: cast_transpose(x, E4M3, s))
+    assert sum("cast_transpose_kernel" in n for n in names) == 1, names
+    assert len(names) <= 2, names
+    assert _kernel_names(lambda: cast_transpose(x, E4M3, s, amax=False)) == [n for n in names if "cast" in n]
+    # One program: its partial is the amax, no reduction kernel at all.
+    assert len(_kernel_names(lambda: cast_transpose(x[:100, :100], E4M3, s))) == 1
+
+
+@pytest.mark.gpu
+def test_new_shapes_of_one_class_reuse_one_kernel():
+    import triton
+
+    compiles = []
+    cast_transpose(torch.ones(48, 80, device="cuda"), E5M2, 2.0)
+    old = triton.knobs.runtime.jit_post_compile_hook
+    triton.knobs.runtime.jit_post_compile_hook = lambda *a, **k: compiles.append(1)
+    try:
+        for k in range(12):
+            x = torch.randn(16 * (k + 5), 16 * (3 * k + 7), device="cuda")
+            y, y_t, a = cast_transpose(x, E5M2, 2.0)
+            want = reference(x, E5M2, 2.0)
+            assert_fp8_equal(y, want[0])
+            assert_fp8_equal(y_t, want[1])
+            assert_amax_equal(a, want[2])
+    finally:
+        triton.knobs.runtime.jit_post_compile_hook = old
+    assert not compiles
+
+
+@pytest.mark.gpu
+def test_large_offsets():
+    """Past 2**31 elements of x the int64 offsets matter (about 4.3 GB of bf16 and 2 x 2.1 GB of fp8)."""
+    M, N = 65536 + 16, 32768
+    x = torch.empty((M, N), device="cuda", dtype=torch.bfloat16)
+    x[:, -64:] = torch.randn(M, 64, device="cuda").bfloat16() * 1000
+    x[:, :-64] = 1.0
+    y, y_t, a = cast_transpose(x, E4M3)
+    want = reference(x[-300:], E4M3)[0]
+    assert_fp8_equal(y[-300:], want)
+    assert_fp8_equal(y_t[:, -300:].contiguous(), want.t().contiguous())
+    assert_amax_equal(a, x.abs().amax().float())
+
+
+@pytest.mark.gpu
+def test_other_device_current():
+    if torch.cuda.device_count() < 2:
+        pytest.skip("needs two GPUs")
+    x = torch.randn(100, 70, device="cuda:1")
+    y, y_t, a = cast_transpose(x, E4M3)
+    assert y.device == x.device and y_t.device == x.device and a.device == x.device
+    want = reference(x, E4M3)
+    assert_fp8_equal(y, want[0])
+    assert_fp8_equal(y_t, want[1])
