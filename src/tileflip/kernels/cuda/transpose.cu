@@ -56,9 +56,10 @@ __device__ __forceinline__ void transpose_naive(const T* __restrict__ in, T* __r
 
 // PAD = 1 shifts each tile row by one element so that a warp reading a tile column touches 32
 // different banks; with PAD = 0 the row stride is 32 elements and the column read serialises (32-way
-// for 4-byte elements). One element of padding is enough for every size here: the row stride of 33
-// elements is an odd number of 32-bit words for 4- and 8-byte types (8-byte accesses are served per
-// half-warp) and spreads 32 consecutive rows over 32 distinct banks for 1- and 2-byte types too.
+// for 4-byte elements, 16-way for 8-byte ones, whose accesses are served per half-warp). For 4- and
+// 8-byte types one element of padding removes the conflict entirely; for 1- and 2-byte types the
+// 33-element stride still puts some pairs of lanes in one bank (2-way at worst; `tileflip analyze`
+// computes it), which is one reason those sizes are served by the Triton kernel.
 template <typename T, int PAD>
 __device__ __forceinline__ void transpose_tiled(const T* __restrict__ in, T* __restrict__ out, tf_i64 M, tf_i64 N,
                                                 tf_i64 sxm, tf_i64 sxn, tf_i64 grid_n) {

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# One call on the GPU machine: `bash benchmarks/gpu_run.sh STEP...` runs the named steps in order, each
+# under its own time limit, logging to $OUT/log.txt and leaving its JSON in $OUT (at most 8 files
+# come back from a device call, so steps share the log).
+set -u
+OUT=${OUT:-/tmp/tileflip-out}
+mkdir -p "$OUT"
+export PYTHONPATH=src PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
+LOG="$OUT/log.txt"
+
+run() {  # run NAME SECONDS COMMAND...
+  local name=$1 limit=$2
+  shift 2
+  echo "=== $name: $*" | tee -a "$LOG"
+  local t0=$SECONDS
+  timeout "$limit" "$@" >>"$LOG" 2>&1
+  echo "=== $name: exit $? after $((SECONDS - t0)) s" | tee -a "$LOG"
+}
+
+for step in "$@"; do
+  case $step in
+    env) run env 60 python3 -c "import torch, triton, sys; print(sys.version, torch.__version__, triton.__version__, torch.cuda.get_device_name(), torch.cuda.device_count())" ;;
+    tests) run tests 360 python3 -m pytest -m gpu -q -p no:cacheprovider --maxfail=20 --durations=15 ;;
+    device) run device 120 python3 benchmarks/measure_device.py && cp src/tileflip/data/h200.json "$OUT/" ;;
+    analyze) for s in "16384x16384 float32" "4096x4096 float32" "16384x16384 bfloat16"; do
+               set -- $s; run "analyze-$1-$2" 120 python3 -m tileflip.cli analyze --measure --shape "$1" --dtype "$2"; done ;;
+    tune) run tune 240 python3 -m tileflip.tune --out "$OUT/tune.json" ;;
+    bench-2d) run bench-2d 420 python3 -m tileflip.cli bench --suite 2d --quick --out "$OUT" ;;
+    bench-host) run bench-host 120 python3 -m tileflip.cli bench --suite host --out "$OUT" ;;
+    bench-permute) run bench-permute 200 python3 -m tileflip.cli bench --suite permute --quick --out "$OUT" ;;
+    bench-permute-random) run bench-permute-random 300 python3 -m tileflip.cli bench --suite permute-random --quick --out "$OUT" ;;
+    bench-cast) run bench-cast 200 python3 -m tileflip.cli bench --suite cast --quick --out "$OUT" ;;
+    *) echo "unknown step $step" | tee -a "$LOG" ;;
+  esac
+done
