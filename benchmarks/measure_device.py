@@ -1,0 +1,251 @@
+"""Measure the device constants of ``tileflip.analyze`` on this GPU and write them as JSON (GPU only).
+
+Run once on the GPU machine, from the repository root, and commit the result:
+
+    python benchmarks/measure_device.py                  # rewrites src/tileflip/data/h200.json
+    python benchmarks/measure_device.py --out /tmp/dev.json --print
+
+Everything is timed like ``triton.testing.do_bench``: a 256 MiB buffer is zeroed before each run
+(L2 flushed, and the GPU kept busy so host launch cost is hidden) and the median of CUDA-event
+times is kept. What each constant is and how it is measured:
+
+* ``launch_overhead_s`` (t0): ``b.copy_(a)`` of 4 KiB; what a launch costs when it moves nothing.
+* ``copy_bandwidth_bytes_per_s``: ``b.copy_(a)`` of 1 GiB (and 256 MiB), bytes read + written over
+  the median time less t0 (the analyzer prices a launch as bytes / copy_bw + t0).
+* ``l2_write_sectors_per_s``: ``dst.scatter_(0, idx, src)`` with ``idx`` the transposed index of an
+  8192 x 8192 fp32 matrix. Consecutive threads take consecutive source elements, so each warp store
+  writes 32 elements 32 KiB apart: one 4-byte element per 32-byte sector, every sector completed
+  later by neighbouring warps in L2. Rate = elements / time.
+* ``l2_read_sectors_per_s``: ``out.copy_(x.t())`` of the same matrix. TensorIterator walks the
+  output in order, so every warp load reads one element per sector. Rate = elements / time.
+* ``cta_latency_s``: a Triton copy whose CTAs are one warp moving BLOCK elements, with 32 CTAs per
+  SM resident, holds Q = 32 x BLOCK x 4 bytes of loads in flight per SM. Its fraction f of the copy
+  gives L = Q (1 / f - 1) / (copy_bw / 2 / SMs), the analyzer's latency law solved for L; the median
+  over BLOCK in (128, 256, 512) is kept. Needs triton; without it the old value stays.
+* SM count, L2 size, shared memory per SM, threads per SM and the clock come from
+  ``torch.cuda.get_device_properties`` (``clock_rate`` is the maximum SM clock).
+
+A step that fails keeps the previous value and says so in ``provenance``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+try:
+    import triton
+    import triton.language as tl
+except ImportError:  # the latency step is skipped without triton
+    triton = None
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_OUT = REPO / "src" / "tileflip" / "data" / "h200.json"
+FLUSH_BYTES = 256 << 20
+MATRIX = 8192
+LATENCY_BLOCKS = (128, 256, 512)
+# Resident CTAs per SM by compute capability (CUDA programming guide, table of technical limits).
+MAX_CTAS_PER_SM = {(7, 5): 16, (8, 6): 16, (8, 7): 16, (8, 9): 24, (12, 0): 24}
+
+if triton is not None:
+
+    @triton.jit
+    def _copy_blocks(src, dst, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(dst + offs, tl.load(src + offs))
+
+
+def max_sm_clock(props) -> tuple[float | None, str]:
+    """The maximum SM clock: torch's clock_rate (kHz), else nvidia-smi; (None, why) when neither answers."""
+    khz = getattr(props, "clock_rate", 0) or 0
+    if 5e5 < khz < 5e6:  # builds where the attribute was dropped report 0
+        return khz * 1e3, "torch.cuda.get_device_properties(0).clock_rate (maximum SM clock)"
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=clocks.max.sm", "--format=csv,noheader,nounits", "-i", "0"],
+                             capture_output=True, text=True, timeout=30, check=True).stdout
+        return float(out.split()[0]) * 1e6, "nvidia-smi --query-gpu=clocks.max.sm"
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError) as exc:
+        return None, repr(exc)
+
+
+class Timer:
+    """Median CUDA-event time of a function, with L2 flushed before every run."""
+
+    def __init__(self, reps: int):
+        self.reps = reps
+        self.flush = torch.empty(FLUSH_BYTES, dtype=torch.int8, device="cuda")
+
+    def __call__(self, fn) -> float:
+        for _ in range(3):
+            fn()
+        torch.cuda.synchronize()
+        events = []
+        for _ in range(self.reps):
+            self.flush.zero_()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            events.append((start, end))
+        torch.cuda.synchronize()
+        return statistics.median(s.elapsed_time(e) for s, e in events) / 1e3
+
+
+def copy_time(timer: Timer, nbytes: int) -> float:
+    src = torch.ones(nbytes // 4, dtype=torch.float32, device="cuda")
+    dst = torch.empty_like(src)
+    return timer(lambda: dst.copy_(src))
+
+
+def write_sector_rate(timer: Timer, t0: float, copy_bw: float) -> tuple[float, dict]:
+    n = MATRIX * MATRIX
+    src = torch.randn(n, device="cuda")
+    k = torch.arange(n, device="cuda", dtype=torch.int64)
+    idx = (k % MATRIX) * MATRIX + k // MATRIX
+    del k
+    dst = torch.empty_like(src)
+    dst.scatter_(0, idx, src)
+    if not torch.equal(dst.view(MATRIX, MATRIX), src.view(MATRIX, MATRIX).t()):
+        raise RuntimeError("scatter_ did not produce the transpose")
+    t = timer(lambda: dst.scatter_(0, idx, src))
+    dram_bound = n * (4 + 8 + 4) / copy_bw  # read src and idx, write dst
+    note = {"seconds": t, "elements": n, "dram_bound_seconds": dram_bound}
+    if t - t0 < 1.5 * dram_bound:
+        note["warning"] = "close to the DRAM bound: the rate is only a lower bound"
+    return n / (t - t0), note
+
+
+def read_sector_rate(timer: Timer, t0: float, copy_bw: float) -> tuple[float, dict]:
+    x = torch.randn(MATRIX, MATRIX, device="cuda")
+    out = torch.empty_like(x)
+    out.copy_(x.t())
+    if not torch.equal(out, x.t()):
+        raise RuntimeError("copy_ of the transposed view is wrong")
+    t = timer(lambda: out.copy_(x.t()))
+    n = x.numel()
+    dram_bound = n * 8 / copy_bw
+    note = {"seconds": t, "elements": n, "dram_bound_seconds": dram_bound}
+    if t - t0 < 1.5 * dram_bound:
+        note["warning"] = "close to the DRAM bound: torch may tile this copy; the rate is a lower bound"
+    return n / (t - t0), note
+
+
+def cta_latency(timer: Timer, t0: float, copy_bw: float, copy_1gib: float, sms: int, max_ctas: int):
+    if triton is None:
+        raise RuntimeError("triton is not installed")
+    n = (1 << 30) // 4
+    src = torch.ones(n, device="cuda")
+    dst = torch.empty_like(src)
+    share = copy_bw / 2 / sms  # DRAM read bytes per second one SM gets in a copy
+    points, estimates = [], []
+    for block in LATENCY_BLOCKS:
+        grid = (n // block,)
+        t = timer(lambda block=block, grid=grid: _copy_blocks[grid](src, dst, BLOCK=block, num_warps=1))
+        frac = (copy_1gib - t0) / (t - t0)
+        q = max_ctas * block * 4
+        point = {"block": block, "bytes_in_flight_per_sm": q, "seconds": t, "fraction_of_copy": frac}
+        if 0.2 < frac < 0.97:
+            point["latency_s"] = q * (1 / frac - 1) / share
+            estimates.append(point["latency_s"])
+        points.append(point)
+    if not torch.equal(dst, src):
+        raise RuntimeError("the block copy is wrong")
+    if not estimates:
+        raise RuntimeError(f"no informative point (fractions {[round(p['fraction_of_copy'], 3) for p in points]})")
+    return statistics.median(estimates), points
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"JSON to write (default {DEFAULT_OUT})")
+    ap.add_argument("--reps", type=int, default=30, help="timed runs per measurement (median kept)")
+    ap.add_argument("--print", action="store_true", help="print the JSON instead of only the summary")
+    ap.add_argument("--dry-run", action="store_true", help="measure and print, write nothing")
+    args = ap.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("measure_device.py needs a CUDA GPU", file=sys.stderr)
+        return 2
+
+    old = json.loads(args.out.read_text()) if args.out.exists() else {}
+    dev = {k: v for k, v in old.items() if k not in ("provenance", "measurements", "source")}
+    provenance = dict(old.get("provenance", {}))
+    measurements = {}
+    props = torch.cuda.get_device_properties(0)
+    cc = (props.major, props.minor)
+
+    dev["device"] = props.name
+    dev["sm_count"] = props.multi_processor_count
+    dev["l2_cache_bytes"] = props.L2_cache_size
+    dev["max_threads_per_sm"] = props.max_threads_per_multi_processor
+    dev["max_ctas_per_sm"] = MAX_CTAS_PER_SM.get(cc, 32)
+    dev["smem_per_sm_bytes"] = getattr(props, "shared_memory_per_multiprocessor", dev.get("smem_per_sm_bytes", 233472))
+    dev["regs_per_sm"] = getattr(props, "regs_per_multiprocessor", dev.get("regs_per_sm", 65536))
+    dev.setdefault("smem_reserved_per_cta_bytes", 1024)
+    for key in ("sm_count", "l2_cache_bytes", "max_threads_per_sm", "smem_per_sm_bytes", "regs_per_sm"):
+        provenance[key] = "torch.cuda.get_device_properties(0)"
+    clock_hz, how = max_sm_clock(props)
+    if clock_hz:
+        dev["sm_clock_hz"], provenance["sm_clock_hz"] = clock_hz, how
+    provenance["max_ctas_per_sm"] = f"CUDA limit for compute capability {cc[0]}.{cc[1]}"
+
+    timer = Timer(args.reps)
+    # The model prices a launch as bytes / copy_bw + t0, so the bandwidth is taken net of t0.
+    t0 = copy_time(timer, 4096)
+    t_1gib = copy_time(timer, 1 << 30)
+    t_256mib = copy_time(timer, 256 << 20)
+    dev["launch_overhead_s"] = t0
+    dev["copy_bandwidth_bytes_per_s"] = 2 * (1 << 30) / (t_1gib - t0)
+    dev["copy_bandwidth_256mib_bytes_per_s"] = 2 * (256 << 20) / (t_256mib - t0)
+    measurements["copy"] = {"seconds_4kib": t0, "seconds_1gib": t_1gib, "seconds_256mib": t_256mib,
+                            "gbps_1gib_gross": 2 * (1 << 30) / t_1gib / 1e9}
+    provenance["copy_bandwidth_bytes_per_s"] = "b.copy_(a), 1 GiB fp32: bytes read + written / (median time - t0)"
+    provenance["copy_bandwidth_256mib_bytes_per_s"] = "b.copy_(a), 256 MiB fp32, net of t0 (reported, not used)"
+    provenance["launch_overhead_s"] = "t0: b.copy_(a) of 4 KiB, median time"
+    copy_bw = dev["copy_bandwidth_bytes_per_s"]
+
+    steps = (
+        ("l2_write_sectors_per_s", lambda: write_sector_rate(timer, t0, copy_bw),
+         f"dst.scatter_(0, transposed idx, src), {MATRIX}^2 fp32: one element per sector, elements / time"),
+        ("l2_read_sectors_per_s", lambda: read_sector_rate(timer, t0, copy_bw),
+         f"out.copy_(x.t()), {MATRIX}^2 fp32: one element per sector read, elements / time"),
+        ("cta_latency_s", lambda: cta_latency(timer, t0, copy_bw, t_1gib, dev["sm_count"], dev["max_ctas_per_sm"]),
+         "Triton one-warp block copies of 1 GiB, BLOCK in (128, 256, 512): median of Q (1/f - 1) / (copy_bw/2/SMs)"),
+    )
+    for key, step, how in steps:
+        try:
+            dev[key], measurements[key] = step()
+            provenance[key] = how
+        except Exception as exc:  # noqa: BLE001 - keep the old value, say why
+            provenance[key] = f"NOT MEASURED ({exc!r}); kept: {provenance.get(key, 'previous value')}"
+            print(f"warning: {key}: {exc!r}", file=sys.stderr)
+        torch.cuda.empty_cache()
+
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    versions = f"torch {torch.__version__}" + (f", triton {triton.__version__}" if triton else "")
+    result = {"device": dev.pop("device"),
+              "source": f"measured by benchmarks/measure_device.py on {stamp} ({props.name}, {versions})"}
+    result.update(dev)
+    result["provenance"] = provenance
+    result["measurements"] = measurements
+
+    for key in ("copy_bandwidth_bytes_per_s", "launch_overhead_s", "l2_write_sectors_per_s",
+                "l2_read_sectors_per_s", "cta_latency_s", "sm_clock_hz", "l2_cache_bytes"):
+        print(f"{key:<28}{result[key]:.4g}")
+    text = json.dumps(result, indent=2) + "\n"
+    if args.print or args.dry_run:
+        print(text)
+    if not args.dry_run:
+        args.out.write_text(text)
+        print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

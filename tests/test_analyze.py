@@ -1,0 +1,287 @@
+"""The analyzer against the seeds' numbers, the bank rules, the planner and Triton's compiled layouts."""
+
+import contextlib
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tileflip import analyze as az
+from tileflip.plan import owner_of, transpose_grid
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+
+# Measured 2026-11-30 on the H200 (anchors.md), fp32 16384 x 16384, fraction of a same-run copy.
+MEASURED_FP32_16K = {"naive": 0.241, "tiled_nopad": 0.417, "tiled": 0.829, "triton": 0.972}
+
+
+# ---------------------------------------------------------------------------------------------------
+# Seed 002: the naive transpose
+# ---------------------------------------------------------------------------------------------------
+
+
+def test_naive_32x8_reads_one_line_and_writes_one_element_per_sector():
+    read = az.warp_access("naive", (1024, 512), "float32", "read", threads=(32, 8))
+    write = az.warp_access("naive", (1024, 512), "float32", "write", threads=(32, 8))
+    assert (read.useful_bytes, len(read.sectors), len(read.lines), read.efficiency) == (128, 4, 1, 1.0)
+    assert (write.useful_bytes, len(write.sectors), write.efficiency) == (128, 32, 0.125)
+
+
+@pytest.mark.parametrize("M", [8, 9, 64, 1000])
+def test_naive_32x8_write_efficiency_is_an_eighth_once_m_reaches_8(M):
+    report = az.analyze("naive", (M, 256), "float32", threads="32x8")
+    assert report.read_efficiency == 1.0
+    assert report.write_efficiency == pytest.approx(0.125)
+
+
+def test_naive_32x8_short_columns_share_sectors():
+    # With M = 4 an output row is 16 bytes, so two lanes' columns land in one sector.
+    assert az.analyze("naive", (4, 256), "float32", threads="32x8").write_efficiency == pytest.approx(0.25)
+
+
+def test_naive_16x16_warp_spans_two_rows_so_writes_pair_up():
+    write = az.warp_access("naive", (1024, 1024), "float32", "write", threads=(16, 16))
+    assert len(write.sectors) == 16 and write.efficiency == 0.25
+    # Lanes x and x + 16 are rows r and r + 1 of one column: adjacent addresses, one sector.
+    assert write.addresses[16] - write.addresses[0] == 4
+    report = az.analyze("naive", (16384, 16384), "float32", threads="16x16")
+    assert report.read_efficiency == 1.0
+    assert report.write_efficiency == pytest.approx(0.25)
+
+
+def test_seed_2x3_example_write_offsets():
+    write = az.warp_access("naive", (2, 3), "float32", "write", threads=(16, 16))
+    offsets = write.element_offsets(4)
+    assert offsets[:3] == [0, 2, 4]  # row 0: A[0,0], A[0,1], A[0,2] -> B[0,0], B[1,0], B[2,0]
+    assert offsets[16:19] == [1, 3, 5]  # row 1 is the same warp's second half
+    assert [o for o in offsets if o is not None] == [0, 2, 4, 1, 3, 5]
+
+
+# ---------------------------------------------------------------------------------------------------
+# Shared memory banks
+# ---------------------------------------------------------------------------------------------------
+
+
+def test_unpadded_fp32_tile_column_read_is_32_way_padded_is_free():
+    nopad = az.warp_access("tiled_nopad", (64, 64), "float32", "smem_load")
+    padded = az.warp_access("tiled", (64, 64), "float32", "smem_load")
+    assert az.bank_conflicts(nopad.addresses, 4)["ways"] == 32
+    assert az.bank_conflicts(padded.addresses, 4)["ways"] == 1
+    assert az.bank_conflicts(az.warp_access("tiled_nopad", (64, 64), access="smem_store").addresses, 4)["ways"] == 1
+    assert az.analyze("tiled_nopad", (1024, 1024)).smem_conflict_ways == 32
+    assert az.analyze("tiled", (1024, 1024)).smem_conflict_ways == 1
+
+
+def test_eight_byte_accesses_are_served_per_half_warp():
+    contiguous = [8 * lane for lane in range(32)]  # 256 bytes: two conflict-free half-warps
+    info = az.bank_conflicts(contiguous, 8)
+    assert info["phase_ways"] == [1, 1] and info["wavefronts"] == 2
+    # Both half-warps hit the same banks; served separately, neither conflicts.
+    assert az.bank_conflicts([8 * (lane % 16) for lane in range(32)], 8)["ways"] == 1
+    # A 256-byte stride puts a half-warp's 16 lanes in banks 0 and 1: 16-way.
+    assert az.bank_conflicts([256 * lane for lane in range(32)], 8)["ways"] == 16
+    # The padded fp64 tile stays conflict-free, the unpadded one is 16-way.
+    assert az.analyze("tiled", (256, 256), "float64").smem_conflict_ways == 1
+    assert az.analyze("tiled_nopad", (256, 256), "float64").smem_conflict_ways == 16
+
+
+def test_lanes_reading_one_word_are_a_broadcast():
+    assert az.bank_conflicts([0] * 32, 4)["ways"] == 1
+    assert az.bank_conflicts([4 * (lane // 2) for lane in range(32)], 4)["ways"] == 1
+    assert az.bank_conflicts([0, 128] + [None] * 30, 4)["ways"] == 2  # two words of bank 0
+    assert az.bank_conflicts([0, 2] + [None] * 30, 2)["ways"] == 1  # two halves of one word
+
+
+# ---------------------------------------------------------------------------------------------------
+# The launch: planner, sampling, DRAM bytes, JSON
+# ---------------------------------------------------------------------------------------------------
+
+
+def test_programs_and_owners_come_from_the_planner():
+    report = az.analyze("naive", (100, 70), threads="16x8")
+    assert report.programs == transpose_grid(100, 70, 8, 16).programs
+    variant = az._build_variant("tiled", 100, 70, 4, threads=None, block=None, num_warps=None, strides=None,
+                                out_strides=None, layouts=None)
+    for i, j in [(0, 0), (31, 33), (99, 69), (64, 5)]:
+        pid_m, pid_n = owner_of(100, 70, 32, 32, i, j)
+        assert variant.owner(np.array([i, j]), "x") == pid_m * variant.grid.grid_n + pid_n
+
+
+def test_large_launches_are_sampled_and_say_so():
+    big = az.analyze("naive", (16384, 16384), sample=64)
+    assert big.sampled and big.programs_analyzed <= 64 < big.programs
+    small = az.analyze("naive", (31, 65))
+    assert not small.sampled and small.programs_analyzed == small.programs
+
+
+def test_sampling_weights_reproduce_the_exact_totals():
+    exact = az.analyze("tiled", (200, 300), "bfloat16", sample=10_000)
+    sampled = az.analyze("tiled", (200, 300), "bfloat16", sample=8)
+    assert not exact.sampled and sampled.sampled
+    for a, b in zip(exact.accesses, sampled.accesses):
+        assert b.requests == pytest.approx(a.requests, rel=0.02)
+        assert b.sectors == pytest.approx(a.sectors, rel=0.02)
+        assert b.wavefronts == pytest.approx(a.wavefronts, rel=0.02)
+
+
+@pytest.mark.parametrize("kernel", az.KERNELS)
+def test_l2_merges_partial_writes_so_dram_moves_the_minimum(kernel):
+    report = az.analyze(kernel, (16384, 16384), "float32")
+    assert report.dram_bytes == report.min_bytes
+    assert report.l2_merge["store"]["merged_fraction"] == 1.0
+
+
+def test_partial_sectors_shared_across_programs_are_found():
+    # bf16 with 32x8 blocks: a 32-byte output sector spans 16 input rows, two programs a grid row apart.
+    report = az.analyze("naive", (4096, 4096), "bfloat16", threads="32x8", sample=64)
+    merge = report.l2_merge["store"]
+    assert merge["partial_sectors_sampled"] > 0 and merge["max_span_programs"] == 4096 // 32
+    assert merge["merged_fraction"] == 1.0
+
+
+def test_transposed_input_view_reads_strided():
+    report = az.analyze("tiled", (4096, 4096), strides=(1, 4096))
+    assert report.read_efficiency == pytest.approx(0.125)
+    assert report.dram_bytes == report.min_bytes
+
+
+def test_json_has_the_promised_keys():
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert az.cli(["--kernel", "naive", "--shape", "1024x512", "--dtype", "float32", "--threads", "16x16",
+                       "--json"]) == 0
+    payload = json.loads(out.getvalue())
+    for key in ("read_efficiency", "write_efficiency", "smem_conflict_ways", "dram_bytes", "min_bytes",
+                "predicted_fraction_of_copy", "accesses", "sampled"):
+        assert key in payload
+    assert payload["smem_conflict_ways"] == 1 and payload["write_efficiency"] == 0.25
+    assert payload["accesses"][1]["example_warp"]["efficiency"] == 0.25
+
+
+def test_table_output_names_the_bound():
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        az.cli(["--kernel", "tiled_nopad", "--shape", "4096x4096"])
+    assert "32-way" in out.getvalue() and "<- bound" in out.getvalue()
+
+
+def test_dtype_names_and_sizes():
+    assert az.itemsize_of("float32") == az.itemsize_of("torch.float32") == az.itemsize_of(4) == 4
+    assert az.itemsize_of("bfloat16") == 2 and az.itemsize_of("int8") == 1 and az.itemsize_of("float64") == 8
+    with pytest.raises(ValueError):
+        az.itemsize_of("float128")
+
+
+def test_analyze_imports_no_gpu_stack():
+    code = (
+        "import sys; import tileflip; before = set(sys.modules); import tileflip.analyze; "
+        "new = set(sys.modules) - before; "
+        "bad = sorted(m for m in new if m.split('.')[0] in ('torch', 'triton', 'matplotlib')); "
+        "print(','.join(bad))"
+    )
+    env = dict(os.environ, PYTHONPATH=str(SRC) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    assert proc.stdout.strip() == ""
+
+
+# ---------------------------------------------------------------------------------------------------
+# The time model
+# ---------------------------------------------------------------------------------------------------
+
+
+def test_prediction_within_10_points_of_the_h200_measurements():
+    for kernel, measured in MEASURED_FP32_16K.items():
+        predicted = az.analyze(kernel, (16384, 16384), "float32").predicted_fraction_of_copy
+        assert abs(predicted - measured) <= 0.10, (kernel, predicted, measured)
+
+
+def test_each_variant_is_bound_by_its_own_mechanism():
+    bounds = {k: az.analyze(k, (16384, 16384)).bound for k in az.KERNELS}
+    assert bounds == {"naive": "l2_write_sectors", "tiled_nopad": "l1_shared_wavefronts", "tiled": "memory",
+                      "triton": "memory"}
+
+
+def test_device_constants_are_the_only_knobs():
+    dev = az.load_device()
+    slower = dict(dev, l2_write_sectors_per_s=dev["l2_write_sectors_per_s"] / 2)
+    base = az.analyze("naive", (4096, 4096)).predicted_time_s
+    assert az.analyze("naive", (4096, 4096), device=slower).predicted_time_s > 1.5 * base
+    for shape, dtype in [((4096, 4096), "float32"), ((16384, 16384), "bfloat16")]:
+        f = [az.analyze(k, shape, dtype).predicted_fraction_of_copy for k in az.KERNELS]
+        assert f == sorted(f), (shape, dtype, f)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Triton's layouts, re-derived from the kernel compiled for sm_90
+# ---------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("rec", az.TRITON_SM90_LAYOUTS,
+                         ids=lambda r: f"{r['itemsize']}B-{r['block'][0]}x{r['block'][1]}-w{r['num_warps']}")
+def test_triton_layouts_match_compiled_kernel(rec):
+    pytest.importorskip("triton")
+    from tileflip.kernels.triton_layout import transpose_layout
+
+    bm, bn = rec["block"]
+    compiled = transpose_layout(bm, bn, rec["num_warps"], rec["itemsize"], divisible=rec["divisible"])
+    assert compiled["load"] == rec["load"] and compiled["store"] == rec["store"]
+    assert compiled["shared"] == rec["shared"]
+    if compiled["regs"] is not None:
+        assert compiled["regs"] == rec["regs"]
+    rule = az.triton_blocked_layout((bm, bn), rec["itemsize"], rec["num_warps"], aligned=rec["divisible"])
+    assert rule == rec["load"]
+    rule = az.triton_blocked_layout((bn, bm), rec["itemsize"], rec["num_warps"], aligned=rec["divisible"])
+    assert rule == rec["store"]
+
+
+def test_triton_64x64_fp32_warp_reads_two_rows_of_256_bytes():
+    read = az.warp_access("triton", (1024, 1024), "float32", "read", block=(64, 64), num_warps=8)
+    assert read.width == 16 and len(read.lines) == 4 and read.efficiency == 1.0
+    rows = {a // (1024 * 4) for a in read.active}
+    assert len(rows) == 2
+
+
+# ---------------------------------------------------------------------------------------------------
+# The GPU side, as far as it runs without a GPU
+# ---------------------------------------------------------------------------------------------------
+
+NCU_FIELDS = ("ID", "Process ID", "Process Name", "Host Name", "Kernel Name", "Context", "Stream", "Block Size",
+              "Grid Size", "Device", "CC", "Section Name", "Metric Name", "Metric Unit", "Metric Value")
+NCU_KERNEL = ("0", "4242", "python3", "127.0.0.1", "transpose_naive_u32", "1", "7", "(16, 16, 1)", "(16384, 1, 1)",
+              "0", "9.0", "Command line profiler metrics")
+
+
+def _csv_line(values) -> str:
+    return ",".join(f'"{v}"' for v in values)
+
+
+NCU_CSV = "\n".join([
+    "==PROF== Connected to process 4242",
+    "==PROF== Disconnected from process 4242",
+    _csv_line(NCU_FIELDS),
+    _csv_line(NCU_KERNEL + ("l1tex__t_requests_pipe_lsu_mem_global_op_st.sum", "", "131,072")),
+    _csv_line(NCU_KERNEL + ("l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum", "sector", "2,097,152")),
+    _csv_line(NCU_KERNEL + ("dram__bytes_write.sum", "byte", "16777216")),
+])
+
+
+def test_ncu_csv_is_summed_per_metric():
+    from tileflip.measure import _measured_counters, parse_ncu_csv
+
+    sums = parse_ncu_csv(NCU_CSV)
+    assert sums["st_requests"] == 131072 and sums["st_sectors"] == 2097152 and sums["dram_write"] == 16777216
+    assert _measured_counters(sums)["st_sectors_per_request"] == 16
+    assert parse_ncu_csv("==ERROR== profiling is not supported") is None
+
+
+def test_measure_refuses_without_a_gpu():
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("triton")
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present: the real measurement is `tileflip analyze --measure`")
+    assert az.cli(["--measure", "--shape", "256x256"]) == 2
