@@ -18,10 +18,11 @@ times is kept. What each constant is and how it is measured:
   later by neighbouring warps in L2. Rate = elements / time.
 * ``l2_read_sectors_per_s``: ``out.copy_(x.t())`` of the same matrix. TensorIterator walks the
   output in order, so every warp load reads one element per sector. Rate = elements / time.
-* ``cta_latency_s``: a Triton copy whose CTAs are one warp moving BLOCK elements, with 32 CTAs per
-  SM resident, holds Q = 32 x BLOCK x 4 bytes of loads in flight per SM. Its fraction f of the copy
-  gives L = Q (1 / f - 1) / (copy_bw / 2 / SMs), the analyzer's latency law solved for L; the median
-  over BLOCK in (128, 256, 512) is kept. Needs triton; without it the old value stays.
+* ``cta_latency_s``: a Triton copy with k persistent one-warp CTAs per SM, each walking the buffer one
+  512-element block at a time (no pipelining), holds Q = k x 512 x 4 bytes of loads in flight per SM.
+  Its fraction f of the copy gives L = Q (1 / f - 1) / (copy_bw / 2 / SMs), the analyzer's latency
+  law solved for L; the median over k in (4, 8, 16) is kept. (A first version used many short-lived
+  CTAs, which also measured the CTA launch rate and doubled L.) Needs triton; else the old value stays.
 * SM count, L2 size, shared memory per SM, threads per SM and the clock come from
   ``torch.cuda.get_device_properties`` (``clock_rate`` is the maximum SM clock).
 
@@ -50,16 +51,22 @@ REPO = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = REPO / "src" / "tileflip" / "data" / "h200.json"
 FLUSH_BYTES = 256 << 20
 MATRIX = 8192
-LATENCY_BLOCKS = (128, 256, 512)
+# Persistent one-warp CTAs per SM for the latency fit, each moving LATENCY_BLOCK fp32 per iteration.
+LATENCY_CTAS_PER_SM = (4, 8, 16)
+LATENCY_BLOCK = 512
 # Resident CTAs per SM by compute capability (CUDA programming guide, table of technical limits).
 MAX_CTAS_PER_SM = {(7, 5): 16, (8, 6): 16, (8, 7): 16, (8, 9): 24, (12, 0): 24}
 
 if triton is not None:
 
     @triton.jit
-    def _copy_blocks(src, dst, BLOCK: tl.constexpr):
-        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-        tl.store(dst + offs, tl.load(src + offs))
+    def _copy_persistent(src, dst, n_blocks, BLOCK: tl.constexpr):
+        # Each CTA stays resident and walks blocks with one block of loads in flight at a time (no
+        # software pipelining), so the bytes in flight per SM are known: CTAs per SM x BLOCK x 4.
+        # Many short-lived CTAs would also measure the CTA launch rate, not the memory latency.
+        for b in tl.range(tl.program_id(0), n_blocks, tl.num_programs(0), num_stages=1):
+            offs = b.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+            tl.store(dst + offs, tl.load(src + offs))
 
 
 def max_sm_clock(props) -> tuple[float | None, str]:
@@ -145,12 +152,13 @@ def cta_latency(timer: Timer, t0: float, copy_bw: float, copy_1gib: float, sms: 
     dst = torch.empty_like(src)
     share = copy_bw / 2 / sms  # DRAM read bytes per second one SM gets in a copy
     points, estimates = [], []
-    for block in LATENCY_BLOCKS:
-        grid = (n // block,)
-        t = timer(lambda block=block, grid=grid: _copy_blocks[grid](src, dst, BLOCK=block, num_warps=1))
+    for per_sm in LATENCY_CTAS_PER_SM:
+        grid = (sms * per_sm,)
+        blocks = n // LATENCY_BLOCK
+        t = timer(lambda grid=grid: _copy_persistent[grid](src, dst, blocks, BLOCK=LATENCY_BLOCK, num_warps=1))
         frac = (copy_1gib - t0) / (t - t0)
-        q = max_ctas * block * 4
-        point = {"block": block, "bytes_in_flight_per_sm": q, "seconds": t, "fraction_of_copy": frac}
+        q = per_sm * LATENCY_BLOCK * 4
+        point = {"ctas_per_sm": per_sm, "bytes_in_flight_per_sm": q, "seconds": t, "fraction_of_copy": frac}
         if 0.2 < frac < 0.97:
             point["latency_s"] = q * (1 / frac - 1) / share
             estimates.append(point["latency_s"])
@@ -216,7 +224,8 @@ def main(argv=None) -> int:
         ("l2_read_sectors_per_s", lambda: read_sector_rate(timer, t0, copy_bw),
          f"out.copy_(x.t()), {MATRIX}^2 fp32: one element per sector read, elements / time"),
         ("cta_latency_s", lambda: cta_latency(timer, t0, copy_bw, t_1gib, dev["sm_count"], dev["max_ctas_per_sm"]),
-         "Triton one-warp block copies of 1 GiB, BLOCK in (128, 256, 512): median of Q (1/f - 1) / (copy_bw/2/SMs)"),
+         "Triton persistent one-warp CTAs (4, 8, 16 per SM) copying 1 GiB in 512-element blocks: median of "
+         "Q (1/f - 1) / (copy_bw/2/SMs)"),
     )
     for key, step, how in steps:
         try:

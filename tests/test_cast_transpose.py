@@ -28,12 +28,6 @@ E4M3, E5M2 = torch.float8_e4m3fn, torch.float8_e5m2
 FP8 = [pytest.param(E4M3, id="e4m3fn"), pytest.param(E5M2, id="e5m2")]
 needs_interpreter = pytest.mark.skipif(HAS_GPU, reason="on a GPU machine the gpu-marked cases run these natively")
 DEVICES = [pytest.param("cpu", marks=needs_interpreter), pytest.param("cuda", marks=pytest.mark.gpu)]
-# On the GPU each conversion path is tested; in the interpreter only the integer one exists.
-PATHS = [
-    pytest.param("cpu", None, id="cpu", marks=needs_interpreter),
-    pytest.param("cuda", None, id="cuda-hw", marks=pytest.mark.gpu),
-    pytest.param("cuda", False, id="cuda-int", marks=pytest.mark.gpu),
-]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -72,7 +66,7 @@ def assert_amax_equal(actual, expected):
         assert actual.view(torch.int32).item() == expected.view(torch.int32).item(), (actual.item(), expected.item())
 
 
-def check(x, dtype, scale=None, *, hw_cvt=None, config=None):
+def check(x, dtype, scale=None, *, config=None):
     """Launch into poisoned outputs and compare y, y_t and amax with the reference. On a GPU the case
     runs twice: the first launch compiles, the second takes the launcher's fast path."""
     M, N = x.shape
@@ -80,7 +74,7 @@ def check(x, dtype, scale=None, *, hw_cvt=None, config=None):
     for _ in range(2 if x.is_cuda else 1):
         y, y_t = poisoned((M, N), dtype, x.device), poisoned((N, M), dtype, x.device)
         partials = poisoned((kernels.num_programs(M, N, x.element_size(), config),), torch.int32, x.device)
-        kernels.launch(x, y, y_t, partials, 1.0 if scale is None else scale, dtype, config, hw_cvt=hw_cvt)
+        kernels.launch(x, y, y_t, partials, 1.0 if scale is None else scale, dtype, config)
         assert_fp8_equal(y, want[0], x)
         assert_fp8_equal(y_t, want[1])
         assert_amax_equal(kernels.finalize_amax(partials), want[2])
@@ -156,54 +150,54 @@ def all_16bit(dtype) -> torch.Tensor:
 SCALES = [None, 3.7, 0.3, 2.0**-8, 300.0, "tensor"]
 
 
-@pytest.mark.parametrize("device,hw_cvt", PATHS)
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", FP8)
 @pytest.mark.parametrize("x_dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
 @pytest.mark.parametrize("scale", SCALES, ids=str)
-def test_every_16bit_input(x_dtype, dtype, scale, device, hw_cvt):
+def test_every_16bit_input(x_dtype, dtype, scale, device):
     x = all_16bit(x_dtype).to(device)
     if scale == "tensor":
         scale = torch.tensor(0.7, device=device)
-    check(x, dtype, scale, hw_cvt=hw_cvt)
+    check(x, dtype, scale)
 
 
-@pytest.mark.parametrize("device,hw_cvt", PATHS)
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", FP8)
-def test_fp8_grid_ties_and_saturation(dtype, device, hw_cvt):
+def test_fp8_grid_ties_and_saturation(dtype, device):
     x = as_matrix(torch.cat([fp8_grid_edges(dtype), special_fp32()])).to(device)
-    check(x, dtype, hw_cvt=hw_cvt)
+    check(x, dtype)
 
 
-@pytest.mark.parametrize("device,hw_cvt", PATHS)
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", FP8)
 @pytest.mark.parametrize("scale", [None, 2.0**-3, 3.7], ids=str)
-def test_fp32_bit_sweep(dtype, scale, device, hw_cvt):
-    check(as_matrix(fp32_bit_sweep(), 256).to(device), dtype, scale, hw_cvt=hw_cvt)
+def test_fp32_bit_sweep(dtype, scale, device):
+    check(as_matrix(fp32_bit_sweep(), 256).to(device), dtype, scale)
 
 
-@pytest.mark.parametrize("device,hw_cvt", PATHS)
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", FP8)
-def test_product_rounds_in_fp32(dtype, device, hw_cvt):
+def test_product_rounds_in_fp32(dtype, device):
     """Each product is rounded to fp32 before the fp8 rounding (a double rounding the reference does too),
     and a tiny input scaled up is not flushed: fp32 denormals times 2**127 cover the fp8 subnormals."""
     gen = torch.Generator().manual_seed(1)
     grid = fp8_grid_edges(dtype)
     x = torch.cat([grid / 3.7, grid * (1 + 2**-20) / 3.7, grid / 3.7 * (1 - 2**-21)])
-    check(as_matrix(x).to(device), dtype, 3.7, hw_cvt=hw_cvt)
+    check(as_matrix(x).to(device), dtype, 3.7)
     denormals = fp32_from_bits(torch.randint(1, 1 << 23, (2048,), generator=gen).tolist() + [1 << k for k in range(23)])
-    check(as_matrix(torch.cat([denormals, -denormals])).to(device), dtype, 2.0**127, hw_cvt=hw_cvt)
+    check(as_matrix(torch.cat([denormals, -denormals])).to(device), dtype, 2.0**127)
 
 
-@pytest.mark.parametrize("device,hw_cvt", PATHS)
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", FP8)
-def test_random_inputs(dtype, device, hw_cvt):
+def test_random_inputs(dtype, device):
     gen = torch.Generator().manual_seed(2)
     magnitudes = 10.0 ** torch.randint(-6, 4, (200, 1), generator=gen)
     x32 = (torch.randn(200, 300, generator=gen) * magnitudes).to(device)
-    check(x32, dtype, None, hw_cvt=hw_cvt)
-    check(x32, dtype, torch.tensor(0.0123, device=device), hw_cvt=hw_cvt)
-    check(random_bits((150, 170), torch.float16, device, seed=5), dtype, 1 / 3, hw_cvt=hw_cvt)
-    check(random_bits((150, 170), torch.float32, device, seed=6), dtype, 2.0**100, hw_cvt=hw_cvt)
+    check(x32, dtype, None)
+    check(x32, dtype, torch.tensor(0.0123, device=device))
+    check(random_bits((150, 170), torch.float16, device, seed=5), dtype, 1 / 3)
+    check(random_bits((150, 170), torch.float32, device, seed=6), dtype, 2.0**100)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -384,9 +378,9 @@ _PTX_PROBE = """
 import re, sys, torch
 from tileflip.kernels import triton_cast_transpose as k
 for x_dtype in (torch.bfloat16, torch.float32):
-    for dtype, cvt in ((torch.float8_e4m3fn, "e4m3x2"), (torch.float8_e5m2, "e5m2x2")):
+    for dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
         ptx = k.compile_for_target(x_dtype, dtype).asm["ptx"]
-        assert f"cvt.rn.satfinite.{cvt}.f32" in ptx, "no saturating round-to-nearest fp8 conversion"
+        assert "cvt.rn.satfinite" not in ptx, "the hardware fp8 conversion is not used (integer path only)"
         assert not re.search(r"\\.ftz", ptx), "an instruction flushes denormals"
         config = k.tile_config(x_dtype.itemsize)
         loads = re.findall(r"ld\\.global(\\.v4)?", ptx)
@@ -394,8 +388,6 @@ for x_dtype in (torch.bfloat16, torch.float32):
             "x is read once, in 16-byte loads")
         assert len(loads) == loads.count(".v4") + 1, "the only other load is the scale's"
         assert re.search(r"st\\.global\\.v4", ptx), "stores not vectorized"
-    ptx = k.compile_for_target(x_dtype, torch.float8_e4m3fn, hw_cvt=False).asm["ptx"]
-    assert "cvt.rn.satfinite" not in ptx and not re.search(r"\\.ftz", ptx)
 print("ok")
 """
 
@@ -403,8 +395,7 @@ print("ok")
 @pytest.mark.slow
 @pytest.mark.skipif(HAS_GPU, reason="the gpu-marked tests run the kernel itself")
 def test_sm90_code():
-    """The sm_90 code converts with cvt.rn.satfinite (round to nearest even, saturating like the clamp),
-    keeps fp32 denormals (no .ftz: scaled-up denormal inputs stay exact) and reads x once, vectorized.
+    """The sm_90 code converts with the integer path (no cvt.rn.satfinite), keeps fp32 denormals (no .ftz: scaled-up denormal inputs stay exact) and reads x once, vectorized.
     Compiled in a child process: the interpreter cannot lower triton's own jit helpers."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     proc = subprocess.run(

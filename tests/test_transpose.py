@@ -233,12 +233,16 @@ def test_no_recompile_for_new_shapes_of_a_class():
     finally:
         triton.knobs.runtime.jit_post_compile_hook = old
     assert compiles == [], f"{len(compiles)} new compile(s) for shapes of a known class"
-    # The counter can see a compile: an odd N is a new class (no divisibility hint), compiled once.
+    # The counter does see a compile: a tile configuration no other test uses is a new kernel.
+    from tileflip.kernels import triton_transpose
+    from tileflip.tuning import TileConfig
+
     triton.knobs.runtime.jit_post_compile_hook = count
     try:
-        for M, N in ((48, 81), (80, 113)):
-            x = random_bits((M, N), torch.float32, "cuda", seed=M)
-            assert_bits_equal(tileflip.transpose(x, backend="triton"), x.t())
+        x = random_bits((48, 80), torch.float32, "cuda", seed=1)
+        out = poisoned((80, 48), torch.float32, "cuda")
+        triton_transpose.launch(x, out, TileConfig(16, 32, 2))
+        assert_bits_equal(out, x.t())
     finally:
         triton.knobs.runtime.jit_post_compile_hook = old
     assert len(compiles) == 1

@@ -176,7 +176,8 @@ def _permute(x, dims, out, backend):
     dims = plan.check_perm(dims, x.dim())
     if not isinstance(backend, str) or backend not in PERMUTE_BACKENDS:
         raise ValueError(f"backend must be one of {PERMUTE_BACKENDS} for permute, got {backend!r}")
-    chosen = resolve_backend(x, backend)
+    # The tuning table's auto choice is for 2-D cases; an N-D permute on a GPU runs the Triton kernels.
+    chosen = resolve_backend(x, "triton" if backend == "auto" and x.device.type == "cuda" else backend)
     out_shape = tuple(x.shape[d] for d in dims)
     if out is None:
         out = torch.empty(out_shape, dtype=x.dtype, device=x.device)

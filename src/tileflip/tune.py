@@ -114,8 +114,8 @@ def auto_from_bench(records: list[dict]) -> dict:
     return table
 
 
-def write_table(path, *, triton=None, auto=None) -> dict:
-    """Merge measured entries into the committed table file."""
+def write_table(path, *, triton=None, auto=None, source: str = "") -> dict:
+    """Merge measured entries into the committed table file (``source`` says which run they come from)."""
     from pathlib import Path
 
     path = Path(path)
@@ -124,7 +124,8 @@ def write_table(path, *, triton=None, auto=None) -> dict:
         data["triton"].update(triton)
     if auto:
         data["auto"].update(auto)
-    data["meta"] = _meta() if triton else data.get("meta", {})
+    if source:
+        data.setdefault("sources", {})["triton" if triton else "auto"] = source
     path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
     return data
 
@@ -138,7 +139,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     if args.auto_from:
         auto = auto_from_bench(json.loads(open(args.auto_from).read()))
-        write_table(args.table, auto=auto)
+        write_table(args.table, auto=auto, source=f"tileflip.tune --auto-from {args.auto_from}")
         print(json.dumps(auto, indent=1))
         return 0
     rows = sweep([int(s) for s in args.sizes.split(",")], log=lambda m: print(m, file=sys.stderr, flush=True))

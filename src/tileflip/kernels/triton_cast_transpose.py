@@ -6,16 +6,8 @@ it once to fp8 bytes, and stores the bytes twice, row-major into ``y`` and throu
 pass over x, only a reduction over one int32 per program (``finalize_amax``).
 
 Conversion rule (fp32 product ``p`` to fp8 byte): torch's ``p.clamp(-fmax, fmax).to(dtype)``, bit for
-bit. Two implementations, chosen per launch:
-
-* on GPUs of compute capability 8.9 and later (Hopper, Ada, Blackwell), the hardware's
-  ``cvt.rn.satfinite.{e4m3,e5m2}x2.f32`` (what Triton emits for ``.to(tl.float8e4nv / tl.float8e5)``):
-  round to nearest even, and out-of-range values and +-inf saturate to +-fmax, which is exactly the
-  reference's clamp-then-round. It converts two values per instruction; the integer path below
-  compiles to about 3.5x the PTX instructions per element (~46 against ~13 for bf16 input), which by
-  a count of issue slots (not measured) would leave the kernel compute-bound on an H200.
-* in Triton's interpreter (whose own fp8 casts do not round like torch) and on older GPUs, integer
-  bit arithmetic that is exact in numpy and on any GPU alike:
+bit, computed with integer bit arithmetic that is exact in Triton's interpreter (whose own fp8 casts do
+not round like torch) and on any GPU alike:
 
   - ``a = bits(p) & 0x7fffffff``. Non-negative fp32 values order like their bit patterns, so the
     clamp is ``min(a, bits(fmax))``; it turns +-inf and every finite value above fmax into fmax
@@ -29,7 +21,8 @@ bit. Two implementations, chosen per launch:
   - NaN becomes 0x7f (a NaN in both formats); the sign bit is copied for every value, so -0.0 gives
     0x80.
 
-  The GPU tests run both paths natively against torch (``launch(..., hw_cvt=False)`` forces this one).
+  Triton's own ``.to(tl.float8e4nv / tl.float8e5)`` (the hardware's ``cvt.rn.satfinite``) was tried
+  on an H200 and gave wrong bytes in this kernel (signs and neighbours mixed up), so it is not used.
 
 The amax partial of a program is ``max(bits(x) & 0x7fffffff)`` over its tile, as int32: the same
 ordering argument makes it the bits of ``max|x|`` exactly, and every NaN pattern sits above inf's,
@@ -121,7 +114,6 @@ def cast_transpose_kernel(
     SCALE_FROM_PTR: tl.constexpr,
     STORE_T: tl.constexpr,
     WITH_AMAX: tl.constexpr,
-    HW_CVT: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     GROUP_M: tl.constexpr,
@@ -148,14 +140,7 @@ def cast_transpose_kernel(
     else:
         s = scale_value
     p = xf * s
-    if HW_CVT:
-        # sm_89+: cvt.rn.satfinite converts two values per instruction and saturates like the clamp.
-        if MAN == 3:
-            q = p.to(tl.float8e4nv).to(tl.uint8, bitcast=True)
-        else:
-            q = p.to(tl.float8e5).to(tl.uint8, bitcast=True)
-    else:
-        q = _fp32_to_fp8_bits(p, BIAS, MAN, FMAX_BITS).to(tl.uint8)
+    q = _fp32_to_fp8_bits(p, BIAS, MAN, FMAX_BITS).to(tl.uint8)
     tl.store(y_ptr + rm[:, None] * N + rn[None, :], q, mask=mask)
     if STORE_T:
         t_mask = (rn[:, None] < N) & (rm[None, :] < M)
@@ -197,18 +182,15 @@ def fp32_value(scale: float) -> float:
 _compiled: dict = {}
 
 
-def launch(x, y, y_t, partials, scale, dtype, config: TileConfig | None = None, *, hw_cvt: bool | None = None) -> None:
+def launch(x, y, y_t, partials, scale, dtype, config: TileConfig | None = None) -> None:
     """Cast the 2-D x (fp32/fp16/bf16, any strides, non-empty) into the contiguous fp8 ``y`` (M x N)
     and, when ``y_t`` is not None, ``y_t`` (N x M); when ``partials`` is not None, write each
     program's amax partial into it (int32, one per program, ``num_programs`` of them).
 
     ``scale`` is a Python float or a 0-d fp32 tensor on x's device. The caller has checked every
-    argument; ``dtype`` is a key of ``FORMATS``. ``hw_cvt`` picks the conversion (module docstring);
-    None takes the hardware's where it exists.
+    argument; ``dtype`` is a key of ``FORMATS``.
     """
     config = config or tile_config(x.element_size())
-    if hw_cvt is None:
-        hw_cvt = has_hw_cvt(x.device)
     M, N = x.shape
     sxm, sxn = x.stride()
     grid = transpose_grid(M, N, config.block_m, config.block_n, config.group_m)
@@ -219,7 +201,7 @@ def launch(x, y, y_t, partials, scale, dtype, config: TileConfig | None = None, 
     y_u = as_uint(y)
     yt_u = as_uint(y_t) if y_t is not None else y_u
     amax_t = partials if partials is not None else scale_t.view(torch.int32)
-    flags = (*FORMATS[dtype], from_ptr, y_t is not None, partials is not None, hw_cvt)
+    flags = (*FORMATS[dtype], from_ptr, y_t is not None, partials is not None)
     args = (M, N, sxm, sxn, grid.grid_m, grid.grid_n, *flags, config.block_m, config.block_n, config.group_m)
     programs = grid.programs
     if _INTERPRETED:
@@ -235,19 +217,6 @@ def launch(x, y, y_t, partials, scale, dtype, config: TileConfig | None = None, 
         return
     kernel.run(programs, 1, 1, _current_stream(device), kernel.function, kernel.packed_metadata,
                None, None, None, *ptrs, scale_v, *args)  # fmt: skip
-
-
-_hw_cvt_by_device: dict = {}
-
-
-def has_hw_cvt(device) -> bool:
-    """Whether launches on ``device`` use the hardware fp8 conversion (compute capability 8.9 or later)."""
-    if _INTERPRETED or device.type != "cuda":
-        return False
-    found = _hw_cvt_by_device.get(device.index)
-    if found is None:
-        found = _hw_cvt_by_device[device.index] = torch.cuda.get_device_capability(device) >= (8, 9)
-    return found
 
 
 _scratch_by_device: dict = {}
@@ -291,7 +260,6 @@ def compile_for_target(
     scale_from_ptr: bool = True,
     transpose: bool = True,
     amax: bool = True,
-    hw_cvt: bool = True,
 ):
     """Compile the kernel ahead of time for ``sm_<arch>`` without a GPU, with the common specialization of
     a contiguous input (i32 sizes divisible by 16, unit inner stride), in a process without the
@@ -311,7 +279,7 @@ def compile_for_target(
     ints = ["M", "N", "stride_xm", "grid_m", "grid_n"]
     bias, man, fmax_bits = FORMATS[dtype]
     constexprs = {"stride_xn": 1, "BIAS": bias, "MAN": man, "FMAX_BITS": fmax_bits,
-                  "SCALE_FROM_PTR": scale_from_ptr, "STORE_T": transpose, "WITH_AMAX": amax, "HW_CVT": hw_cvt,
+                  "SCALE_FROM_PTR": scale_from_ptr, "STORE_T": transpose, "WITH_AMAX": amax,
                   "BLOCK_M": config.block_m, "BLOCK_N": config.block_n, "GROUP_M": config.group_m}  # fmt: skip
     signature = pointers | {"scale_value": "fp32"} | dict.fromkeys(ints, "i32") | dict.fromkeys(constexprs, "constexpr")
     names = fn.arg_names

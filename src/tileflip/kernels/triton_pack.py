@@ -1,0 +1,137 @@
+"""Segment packing for the distributed operations: a Triton kernel, its launcher and a torch reference.
+
+An all-to-all moves one contiguous block per peer. On one side of it the data sits "interleaved": each
+row of a matrix is cut into column segments, segment k belonging to peer k. On the other side the
+segments sit "blocked": segment k of every row, back to back, as one contiguous (rows, width_k) block,
+the blocks in peer order. ``launch`` converts between the two in a single pass over all segments,
+either way:
+
+* the interleaved side's rows are addressed on two levels, ``(r // inner_rows) * stride_outer +
+  (r % inner_rows) * stride_inner``, and its columns are unit-stride; segment k covers columns
+  ``[starts[k], starts[k] + widths[k])`` of every row, anywhere in the row, so a chunk of a larger
+  result is described as easily as the whole;
+* the blocked side is the concatenation of the (rows, widths[k]) blocks.
+
+Segments may be uneven (ranks with more or fewer rows), which a permute cannot express; the per-segment
+starts and widths travel as tuple arguments, selected in the kernel by the program's segment, so no
+offsets tensor has to be copied to the device. They are given in units of ``VEC`` elements and scaled
+inside the kernel: the compiler then knows every row start is a multiple of ``VEC`` and vectorizes the
+accesses (``VEC * element_size`` is at most 16 bytes and divides every width, start, stride and
+address).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from tileflip import tuning
+from tileflip.dtypes import as_uint
+from tileflip.plan import cdiv
+
+
+@dataclass(frozen=True)
+class Segments:
+    """Where the segments of the interleaved side lie (all counts in elements)."""
+
+    rows: int
+    inner_rows: int
+    stride_outer: int
+    stride_inner: int
+    starts: tuple
+    widths: tuple
+
+    @property
+    def numel(self) -> int:
+        return self.rows * sum(self.widths)
+
+
+# The integer arguments are scaled by VEC or only decode the program id: Triton's specialization on 1 and
+# on divisibility by 16 would multiply compiled variants without helping (the hints come from VEC).
+# do_not_specialize does not reach the elements of a tuple argument (Triton 3.6), so those travel
+# encoded as 16 * v + 3, which is never 1 nor a multiple of 16 (see _opaque).
+@triton.jit(do_not_specialize=["rows", "inner_rows", "stride_outer", "stride_inner", "tiles_w"])
+def segments_kernel(
+    blk_ptr, itl_ptr, rows, inner_rows, stride_outer, stride_inner, tiles_w, starts, widths,
+    NSEG: tl.constexpr, VEC: tl.constexpr, TO_BLOCKS: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_W: tl.constexpr,
+):  # fmt: skip
+    pid = tl.program_id(0).to(tl.int64)
+    per_segment = tl.cdiv(rows, BLOCK_R) * tiles_w
+    k = pid // per_segment
+    t = pid % per_segment
+    pid_r = t // tiles_w
+    pid_w = t % tiles_w
+    # The program's segment selects its start and width; the widths of the segments before it give
+    # where its block starts. A handful of scalar selects per program, unrolled over the segments.
+    start = k * 0
+    width = k * 0
+    before = k * 0
+    for j in tl.static_range(NSEG):
+        start = tl.where(k == j, starts[j] >> 4, start)
+        width = tl.where(k == j, widths[j] >> 4, width)
+        before = tl.where(k > j, before + (widths[j] >> 4), before)
+    width = width * VEC
+    r = pid_r * BLOCK_R + tl.arange(0, BLOCK_R)
+    w = pid_w * BLOCK_W + tl.arange(0, BLOCK_W)
+    # Programs past a narrower segment's width are fully masked: they touch no memory.
+    mask = (r[:, None] < rows) & (w[None, :] < width)
+    blk = blk_ptr + before * VEC * rows + r[:, None] * width + w[None, :]
+    # int64 operands first: a stride in VEC units fits in i32 when the stride in elements may not.
+    row = (r // inner_rows) * stride_outer * VEC + (r % inner_rows) * stride_inner * VEC
+    itl = itl_ptr + row[:, None] + start * VEC + w[None, :]
+    if TO_BLOCKS:
+        tl.store(blk, tl.load(itl, mask=mask), mask=mask)
+    else:
+        tl.store(itl, tl.load(blk, mask=mask), mask=mask)
+
+
+def _opaque(values) -> tuple:
+    """Tuple elements that Triton specializes alike whatever their values (decoded with ``>> 4``)."""
+    return tuple(16 * v + 3 for v in values)
+
+
+def vector_width(element_size: int, values, pointers) -> int:
+    """The widest VEC (a power of two, VEC * element_size <= 16) dividing every value and address."""
+    vec = 16 // element_size
+    while vec > 1 and (any(v % vec for v in values) or any(p % (vec * element_size) for p in pointers)):
+        vec //= 2
+    return vec
+
+
+def launch(blocked: torch.Tensor, interleaved: torch.Tensor, seg: Segments, *, to_blocks: bool) -> None:
+    """Copy between ``blocked`` (contiguous, ``seg.numel`` elements) and the segments of ``interleaved``
+    (a tensor whose first element is the interleaved side's origin), in the direction ``to_blocks``."""
+    if seg.rows == 0 or not any(seg.widths):
+        return
+    es = blocked.element_size()
+    values = (*seg.starts, *seg.widths, seg.stride_outer, seg.stride_inner)
+    vec = vector_width(es, values, (blocked.data_ptr(), interleaved.data_ptr()))
+    block_r, block_w, warps = tuning.rows_blocks(max(seg.widths), es)
+    tiles_w = cdiv(max(seg.widths), block_w)
+    grid = len(seg.widths) * cdiv(seg.rows, block_r) * tiles_w
+    segments_kernel[(grid,)](
+        as_uint(blocked), as_uint(interleaved), seg.rows, seg.inner_rows, seg.stride_outer // vec,
+        seg.stride_inner // vec, tiles_w, _opaque(s // vec for s in seg.starts), _opaque(w // vec for w in seg.widths),
+        NSEG=len(seg.widths), VEC=vec, TO_BLOCKS=to_blocks, BLOCK_R=block_r, BLOCK_W=block_w, num_warps=warps,
+    )  # fmt: skip
+
+
+def reference(blocked: torch.Tensor, interleaved: torch.Tensor, seg: Segments, *, to_blocks: bool) -> None:
+    """The same copy with torch views, one ``copy_`` per segment (the ``torch`` backend and the tests' oracle)."""
+    outer = seg.rows // seg.inner_rows if seg.inner_rows else 0
+    base = interleaved.storage_offset()
+    offset = 0
+    for start, width in zip(seg.starts, seg.widths):
+        if seg.rows and width:
+            block = blocked.view(-1)[offset : offset + seg.rows * width].view(outer, seg.inner_rows, width)
+            view = interleaved.as_strided(
+                (outer, seg.inner_rows, width), (seg.stride_outer, seg.stride_inner, 1), base + start
+            )
+            if to_blocks:
+                block.copy_(view)
+            else:
+                view.copy_(block)
+        offset += seg.rows * width

@@ -1,0 +1,383 @@
+"""tileflip.distributed across processes: gloo on loopback (CPU, Triton's interpreter) and NCCL on two GPUs.
+
+Each test starts one process per rank running this file as a script (``python test_distributed.py
+SCENARIO RANK WORLD STORE BACKEND``); the ranks rendezvous through a FileStore in the test's tmp_path.
+Starting a rank costs seconds (torch and triton imports), so one group runs many cases: every rank walks
+the same list, builds the same global tensor from a seed, passes its own shard and compares its result
+bit for bit with the slice of the global answer it owns. A rank reports on its last stdout line
+(``RESULT {json}``); a failed assertion shows as its traceback and a non-zero exit.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+HERE = Path(__file__).resolve()
+FAULT_TIMEOUT_S = 4  # the group's timeout in the fault tests: how long a rank waits for an absent peer
+GROUP_LIMIT_S = 150  # a group that runs longer than this is killed and the test fails (NCCL: twice this)
+
+
+# --------------------------------------------------------------------------------------------------
+# The parent side: start a group, collect what each rank reports
+# --------------------------------------------------------------------------------------------------
+
+
+def _launch(tmp_path: Path, scenario: str, world: int, backend: str = "gloo") -> list[dict]:
+    env = dict(os.environ)
+    if sys.platform.startswith("linux"):
+        env.setdefault("GLOO_SOCKET_IFNAME", "lo")  # gloo (data, or NCCL's sizes exchange) on loopback
+    if backend == "gloo":
+        env["TRITON_INTERPRET"] = "1"  # set before the child imports triton: the kernels run on the CPU
+    else:
+        env.setdefault("NCCL_NVLS_ENABLE", "0")  # never NVLink multicast
+    store = tmp_path / f"store-{scenario}"
+    logs = [(tmp_path / f"{scenario}-{rank}.out", tmp_path / f"{scenario}-{rank}.err") for rank in range(world)]
+    procs = []
+    # Output goes to files, not pipes: a rank blocked on a full pipe would stall its peers' collectives.
+    for rank, (out, err) in enumerate(logs):
+        with out.open("w") as fo, err.open("w") as fe:
+            cmd = [sys.executable, str(HERE), scenario, str(rank), str(world), str(store), backend]
+            procs.append(subprocess.Popen(cmd, stdout=fo, stderr=fe, env=env))
+    limit = GROUP_LIMIT_S * (1 if backend == "gloo" else 2)
+    deadline = time.monotonic() + limit
+    try:
+        for p in procs:
+            p.wait(timeout=max(1.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"{scenario}: the group did not finish within {limit} s")
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    return [_report(rank, p.returncode, *logs[rank]) for rank, p in enumerate(procs)]
+
+
+def _report(rank: int, rc: int, out: Path, err: Path) -> dict:
+    result = [line for line in out.read_text().splitlines() if line.startswith("RESULT ")]
+    report = json.loads(result[-1][len("RESULT ") :]) if result else {}
+    return {"rank": rank, "rc": rc, "stderr": err.read_text()[-4000:], **report}
+
+
+def _assert_all_passed(reports: list[dict]) -> None:
+    for r in reports:
+        assert r["rc"] == 0 and r.get("ok"), f"rank {r['rank']} failed (exit {r['rc']}):\n{r['stderr']}"
+
+
+# --------------------------------------------------------------------------------------------------
+# Tests
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_gloo_exact_and_mismatches(tmp_path, world):
+    reports = _launch(tmp_path, "exact", world)
+    _assert_all_passed(reports)
+    assert all(r["cases"] == reports[0]["cases"] > 30 for r in reports)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA GPUs")
+def test_nccl_exact_and_mismatches(tmp_path):
+    _assert_all_passed(_launch(tmp_path, "exact", 2, backend="nccl"))
+
+
+def test_gloo_peer_never_arrives(tmp_path):
+    """Rank 1 fails in its own code and never calls: rank 0 raises once the group's timeout passes."""
+    r0, r1 = _launch(tmp_path, "never-arrives", 2)
+    assert r1["rc"] == 0, r1["stderr"]
+    assert r0["rc"] == 0 and r0["error"] == "DistributedError", r0
+    assert "tileflip.distributed.transpose" in r0["message"] and "rank 0 of 2" in r0["message"]
+    assert "sizes exchange" in r0["message"] and r0["cause"]
+    assert FAULT_TIMEOUT_S - 1 <= r0["seconds"] <= FAULT_TIMEOUT_S + 10, r0["seconds"]
+
+
+@pytest.mark.parametrize("when", ["exits-before", "dies-in-pack-1", "dies-in-pack-2"])
+def test_gloo_peer_dies(tmp_path, when):
+    """The last rank exits before the call, or dies while packing (after the sizes exchange, so the
+    others are already in the data all-to-all, sync or chunked): the others raise without waiting
+    for the timeout."""
+    *alive, dead = _launch(tmp_path, when, 3)
+    assert dead["rc"] == 3, dead["stderr"]
+    step = "sizes exchange" if when == "exits-before" else "all_to_all_single"
+    for r in alive:
+        assert r["rc"] == 0 and r["error"] == "DistributedError", r
+        assert step in r["message"] and f"rank {r['rank']} of 3" in r["message"] and r["cause"]
+        assert r["seconds"] < FAULT_TIMEOUT_S  # noticed at once, not after the timeout
+
+
+def test_bench_runs_on_cpu(tmp_path):
+    """The benchmark script end to end at a tiny scale on gloo: records complete, every result exact."""
+    out = tmp_path / "bench.json"
+    env = dict(os.environ, TRITON_INTERPRET="1", OMP_NUM_THREADS="1")
+    if sys.platform.startswith("linux"):
+        env.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+           "-m", "tileflip.bench_distributed", "--device", "cpu", "--scale", "256", "--rounds", "1", "--reps", "1",
+           "--out", str(out)]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=GROUP_LIMIT_S, check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    records = json.loads(out.read_text())
+    checks = [r for r in records if r["op"] == "check"]
+    assert len(checks) == 4 * 5 and all(r["exact"] for r in checks)
+    timed = [r for r in records if r["op"] in ("transpose", "seq_to_head", "head_to_seq")]
+    backends = {r["backend"] for r in timed}
+    assert backends == {"copy", "all_to_all_single", "tileflip", "tileflip-pack", "tileflip-unpack", "deepspeed"}
+    for key in ("gpu", "torch", "triton", "time", "op", "backend", "shape", "dtype", "ms", "gbps", "copy_gbps",
+                "fraction_of_copy", "run"):  # fmt: skip
+        assert all(key in r for r in timed), key
+    assert sum(r["op"] == "summary" for r in records) == 4 and any(r["op"] == "profile" for r in records)
+
+
+def test_not_initialized_is_refused():
+    from tileflip import distributed
+
+    if torch.distributed.is_initialized():
+        pytest.skip("a process group is already initialized in this process")
+    with pytest.raises(ValueError, match="group: torch.distributed is not initialized"):
+        distributed.transpose(torch.zeros(2, 3))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.uint8, torch.float64, torch.bool])
+@pytest.mark.parametrize("to_blocks", [True, False])
+def test_segment_kernel_matches_reference(dtype, to_blocks):
+    """The pack kernel alone, against its torch reference: two-level rows, uneven segments, an offset origin."""
+    from helpers import assert_bits_equal, random_bits
+
+    from tileflip.kernels import triton_pack
+
+    seg = triton_pack.Segments(rows=12, inner_rows=4, stride_outer=170, stride_inner=41,
+                               starts=(0, 7, 20, 40), widths=(7, 13, 0, 1))  # fmt: skip
+    origin = random_bits((3 * 170 + 3,), dtype, seed=1)[3:]
+    blocked = random_bits((seg.numel,), dtype, seed=2)
+    got_b, want_b = blocked.clone(), blocked.clone()
+    got_i, want_i = origin.clone(), origin.clone()
+    triton_pack.launch(got_b, got_i, seg, to_blocks=to_blocks)
+    triton_pack.reference(want_b, want_i, seg, to_blocks=to_blocks)
+    assert_bits_equal(got_b, want_b)
+    assert_bits_equal(got_i, want_i)
+
+
+def test_vector_width():
+    from tileflip.kernels.triton_pack import vector_width
+
+    assert vector_width(4, (8, 12), (0, 64)) == 4
+    assert vector_width(4, (8, 6), (0, 64)) == 2
+    assert vector_width(2, (16,), (0, 4)) == 2  # an address 4 bytes from 16-byte alignment
+    assert vector_width(1, (32, 48), (0,)) == 16
+    assert vector_width(8, (3,), (0,)) == 1
+
+
+def test_split_sizes_are_tensor_splits():
+    from tileflip.distributed import split_sizes
+
+    for total in range(9):
+        for parts in range(1, 5):
+            want = [len(t) for t in torch.tensor_split(torch.arange(total), parts)]
+            assert split_sizes(total, parts) == want
+
+
+# --------------------------------------------------------------------------------------------------
+# The rank side
+# --------------------------------------------------------------------------------------------------
+
+DTYPES = ["float32", "bfloat16", "float16", "int16", "uint16", "uint32", "uint64", "float8_e4m3fn",
+          "float8_e5m2", "bool", "int8", "float64", "int64", "complex64"]  # fmt: skip
+# On GPUs every new element size and tile compiles kernels (a bare machine has no cache): each size once.
+GPU_DTYPES = ["float32", "bfloat16", "int16", "float8_e4m3fn", "bool", "float64"]
+
+
+def _global(shape, dtype, device, seed, layout="contiguous"):
+    """The same tensor on every rank: random bits, stored as ``layout`` says."""
+    from helpers import random_bits
+
+    if layout == "contiguous":
+        return random_bits(shape, dtype, device, seed)
+    if layout == "reversed":  # the dimensions' memory order reversed: every stride differs from contiguous
+        return random_bits(shape[::-1], dtype, device, seed).permute(*reversed(range(len(shape))))
+    if layout == "sliced":  # every other element of the last dimension
+        return random_bits((*shape[:-1], 2 * shape[-1]), dtype, device, seed)[..., ::2]
+    raise ValueError(layout)
+
+
+def _check_transpose(rank, world, device, rows, N, dtype, chunks=1, layout="contiguous", seed=0, backend="auto"):
+    from helpers import assert_bits_equal
+
+    from tileflip import distributed
+
+    full = _global((sum(rows), N), getattr(torch, dtype), device, seed, layout)
+    at = sum(rows[:rank])
+    out = distributed.transpose(full[at : at + rows[rank]], chunks=chunks, backend=backend)
+    assert_bits_equal(out, torch.tensor_split(full.t(), world)[rank])
+
+
+def _check_ulysses(rank, world, device, B, seq, H, D, dtype, chunks=1, layout="contiguous", seed=0, backend="auto"):
+    from helpers import assert_bits_equal
+
+    from tileflip import distributed
+
+    full = _global((B, sum(seq), H, D), getattr(torch, dtype), device, seed, layout)
+    at, h = sum(seq[:rank]), H // world
+    x = full[:, at : at + seq[rank]]
+    heads = distributed.seq_to_head(x, chunks=chunks, backend=backend)
+    assert_bits_equal(heads, full[:, :, rank * h : (rank + 1) * h])
+    assert_bits_equal(distributed.head_to_seq(heads, seq_len=seq[rank], chunks=chunks, backend=backend), x)
+    # head_to_seq from a strided input whose (S, h, D) block is not one run, and by tensor_split's shards.
+    strided = full[:, :, rank * h : (rank + 1) * h]
+    want = torch.tensor_split(full, world, dim=1)[rank]
+    assert_bits_equal(distributed.head_to_seq(strided, chunks=chunks, backend=backend), want)
+
+
+def _expect_value_error(fn, *fragments):
+    try:
+        fn()
+    except ValueError as e:
+        message = str(e)
+        assert all(f in message for f in fragments), (message, fragments)
+        return
+    raise AssertionError(f"no ValueError; expected one mentioning {fragments}")
+
+
+def _mismatches(rank, world, device):
+    """Cases every rank must refuse the same way before any data moves; the group stays usable."""
+    from tileflip import distributed
+
+    last = world - 1
+    ones = torch.ones
+
+    _expect_value_error(lambda: distributed.transpose(ones(3, 5 if rank == 0 else 6, device=device)),
+                        "number of columns of local (N) differs", "5 on rank [0]")  # fmt: skip
+    dtype = torch.float32 if rank == 0 else torch.bfloat16
+    _expect_value_error(lambda: distributed.transpose(ones(2, 4, dtype=dtype, device=device)),
+                        "the dtype differs", "torch.float32 on rank [0]", "torch.bfloat16")  # fmt: skip
+    _expect_value_error(lambda: distributed.seq_to_head(ones(1, 2, world + 1, 4, device=device)),
+                        f"H={world + 1} heads", f"divisible by {world}")  # fmt: skip
+    bad = ones(6, device=device) if rank == last else ones(2, 3, device=device)
+    if rank == last:
+        _expect_value_error(lambda: distributed.transpose(bad), "local must be 2-D")
+    else:
+        _expect_value_error(lambda: distributed.transpose(bad), f"rank [{last}] refused")
+    if rank == 0:
+        _expect_value_error(lambda: distributed.seq_to_head(ones(1, 2, world, 4, device=device)),
+                            "the operation called differs", "seq_to_head on rank [0]")  # fmt: skip
+    else:
+        _expect_value_error(lambda: distributed.transpose(ones(2, 3, device=device)), "the operation called differs")
+    _expect_value_error(lambda: distributed.transpose(ones(2, 3, device=device), chunks=1 + (rank == last)),
+                        "chunks differs")  # fmt: skip
+    _expect_value_error(lambda: distributed.head_to_seq(ones(1, 4, 1, 2, device=device), seq_len=1 + (rank == 0)),
+                        "sum to", "must sum to S")  # fmt: skip
+    _check_transpose(rank, world, device, [2] * world, 3, "float32")  # still usable afterwards
+    return 7
+
+
+def scenario_exact(rank, world, device):
+    cases = 0
+    uneven = [3, 6, 1, 5][:world]
+    for i, dtype in enumerate(DTYPES if device == "cpu" else GPU_DTYPES):
+        _check_transpose(rank, world, device, uneven, 5 + i % 3, dtype, seed=i)
+        cases += 1
+    for rows, N, chunks, layout in [
+        ([4] * world, 6, 1, "contiguous"),    # even rows and columns
+        ([0, 5, 2, 3][:world], 3, 1, "contiguous"),  # a rank without rows
+        (uneven, world - 1, 1, "contiguous"),  # fewer columns than ranks: a rank receives nothing
+        (uneven, 7, 2, "contiguous"),          # chunked, uneven
+        ([9] * world, 6, 3, "contiguous"),
+        ([2, 1, 0, 4][:world], 5, 3, "contiguous"),  # more chunks than some ranks' rows
+        (uneven, 6, 1, "reversed"),            # the input's strides transposed
+        (uneven, 6, 2, "sliced"),
+        ([40, 24, 8, 16][:world], 33, 1, "contiguous"),  # enough for several tiles
+    ]:  # fmt: skip
+        _check_transpose(rank, world, device, rows, N, "float32", chunks, layout, seed=cases)
+        cases += 1
+    seq = [3, 5, 2, 4][:world]
+    for dtype, seqs, H, D, chunks, layout in [
+        ("bfloat16", seq, 2 * world, 3, 1, "contiguous"),
+        ("float32", [4] * world, world, 8, 1, "contiguous"),
+        ("int16", seq, 2 * world, 4, 1, "contiguous"),
+        ("float8_e4m3fn", seq, world, 5, 2, "contiguous"),
+        ("bool", [0, 3, 1, 2][:world], world, 2, 1, "contiguous"),
+        ("float64", seq, 2 * world, 2, 3, "contiguous"),
+        ("float16", seq, 2 * world, 3, 2, "reversed"),
+        ("uint32", seq, world, 4, 1, "sliced"),
+    ]:  # fmt: skip
+        _check_ulysses(rank, world, device, 2, seqs, H, D, dtype, chunks, layout, seed=cases)
+        cases += 1
+    # The torch backend (one copy per segment) gives the same bits.
+    _check_transpose(rank, world, device, uneven, 7, "int16", 2, backend="torch", seed=cases)
+    _check_ulysses(rank, world, device, 2, seq, 2 * world, 3, "bfloat16", 2, "reversed", seed=cases, backend="torch")
+    cases += 2
+    cases += _mismatches(rank, world, device)
+    return {"ok": True, "cases": cases}
+
+
+def _fault_call(rank, world, device, chunks=1):
+    from tileflip import distributed
+
+    t0 = time.monotonic()
+    try:
+        distributed.transpose(torch.ones(3, 4, device=device), chunks=chunks)
+    except distributed.DistributedError as e:
+        return {"error": type(e).__name__, "message": str(e), "cause": repr(e.__cause__),
+                "seconds": time.monotonic() - t0, "rank": rank}  # fmt: skip
+    return {"error": None}
+
+
+def scenario_never_arrives(rank, world, device, store):
+    if rank == 0:
+        report = _fault_call(rank, world, device)
+        Path(f"{store}.done").touch()
+        return report
+    try:
+        raise RuntimeError("simulated failure in the user's code before the collective")
+    except RuntimeError:
+        # Stay alive without calling (a process that exits is noticed at once: that is the next test).
+        deadline = time.monotonic() + FAULT_TIMEOUT_S + 30
+        while not Path(f"{store}.done").exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+    return {}
+
+
+def scenario_peer_dies(rank, world, device, when):
+    from tileflip import distributed
+
+    if rank == world - 1:
+        if when == "exits-before":
+            os._exit(3)
+        distributed._transpose_pack = lambda *args, **kwargs: lambda: os._exit(3)
+    return _fault_call(rank, world, device, chunks=2 if when.endswith("-2") else 1)
+
+
+def _rank_main(scenario, rank, world, store, backend):
+    import torch.distributed as dist
+
+    device = "cpu"
+    if backend == "nccl":
+        torch.cuda.set_device(rank)
+        device = f"cuda:{rank}"
+    timeout = FAULT_TIMEOUT_S if scenario != "exact" else 60
+    dist.init_process_group(backend, init_method=f"file://{store}", rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=timeout))  # fmt: skip
+    if scenario == "exact":
+        report = scenario_exact(rank, world, device)
+    elif scenario == "never-arrives":
+        report = scenario_never_arrives(rank, world, device, store)
+    else:
+        report = scenario_peer_dies(rank, world, device, scenario)
+    print("RESULT " + json.dumps({"ok": True, **report}), flush=True)
+    if scenario == "exact":
+        dist.destroy_process_group()
+    else:
+        os._exit(0)  # a group with a failed peer may block in its teardown
+
+
+if __name__ == "__main__":
+    _rank_main(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5])
