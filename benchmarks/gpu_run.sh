@@ -32,6 +32,9 @@ for step in "$@"; do
     bench-permute) run bench-permute 200 python3 -m tileflip.cli bench --suite permute --quick --out "$OUT" ;;
     bench-permute-random) run bench-permute-random 300 python3 -m tileflip.cli bench --suite permute-random --quick --out "$OUT" ;;
     bench-cast) run bench-cast 200 python3 -m tileflip.cli bench --suite cast --quick --out "$OUT" ;;
+    tests-compile) run tests-compile 120 python3 -m pytest -m gpu -q -p no:cacheprovider "tests/test_transpose.py::test_no_recompile_for_new_shapes_of_a_class" ;;
+    dist-tests) run dist-tests 200 python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_distributed.py ;;
+    dist-bench) run dist-bench 300 python3 -m torch.distributed.run --standalone --nproc-per-node 2 -m tileflip.bench_distributed --out "$OUT/h200x2-distributed.json" ;;
     *) echo "unknown step $step" | tee -a "$LOG" ;;
   esac
 done
