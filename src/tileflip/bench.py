@@ -173,6 +173,7 @@ def op_functions(case: Case, x, out, backends):
             elif b == "torch-copy":
                 fns.append((b, lambda: out.copy_(x.permute(case.perm))))
             elif b == "torch-compile":
+                torch._dynamo.reset()  # a fresh cache per case: past 8 recompiles dynamo falls back to eager
                 compiled = torch.compile(lambda t: t.permute(case.perm).contiguous(), dynamic=False)
                 fns.append((b, lambda: compiled(x)))
         return fns, notes
@@ -184,6 +185,7 @@ def op_functions(case: Case, x, out, backends):
         elif b == "torch-copy":
             fns.append((b, lambda: out.copy_(x.t())))
         elif b == "torch-compile":
+            torch._dynamo.reset()  # a fresh cache per case: past 8 recompiles dynamo falls back to eager
             compiled = torch.compile(lambda t: t.t().contiguous(), dynamic=False)
             fns.append((b, lambda: compiled(x)))
         elif b == "cupy":
