@@ -65,8 +65,11 @@ constants of data/h200.json, none per variant:
   memory and registers. L (``cta_latency_s``) is how long a CTA's loads stay outstanding plus its
   turnaround. For a large launch: t = dram_bytes / copy_bw x (1 + C / Q), C = L x copy_bw / 2 / SMs
   (~8 KB on an H200). The copy itself is taken as saturated.
-* write sectors: sectors touched by store instructions (full or partial, each counts once) /
-  ``l2_write_sectors_per_s``. Provisional value copy_bw / 64 B, the copy's own write-sector rate and
+* write sectors: sectors that store instructions write only in part (fewer than 32 of their bytes),
+  each counted once per instruction / ``l2_write_sectors_per_s``, the rate measured with one
+  4-byte element per sector. Fully written sectors are not merged in L2 and are priced by the
+  memory term; counting them too (the first version of this model) made every coalesced kernel,
+  the copy included, look write-sector bound. Provisional value copy_bw / 64 B, the copy's own write-sector rate and
   the smallest the copy allows; a public H100 naive transpose (~475 GB/s, one element per sector)
   implies ~5.9e10/s on the same die.
 * read sectors: distinct sectors per CTA of the loads / ``l2_read_sectors_per_s`` (for strided inputs).
@@ -622,7 +625,22 @@ def _global_rows(addr: np.ndarray, width: int) -> dict:
         "sectors": _count_distinct(sec),
         "lines": _count_distinct(lines),
         "useful": _count_distinct(addr) * width,
+        "partial": _partial_sectors(addr, width),
     }
+
+
+def _partial_sectors(addr: np.ndarray, width: int) -> np.ndarray:
+    """Per instruction: sectors the instruction covers only in part (fewer than 32 bytes of it)."""
+    rows, lanes = addr.shape
+    s = np.sort(addr, axis=1)
+    first = np.ones_like(s, dtype=bool)
+    first[:, 1:] = s[:, 1:] != s[:, :-1]
+    keep = first & (s >= 0)
+    row_of = np.repeat(np.arange(rows, dtype=np.int64), lanes).reshape(rows, lanes)[keep]
+    # (row, sector) as one key: sector indices stay below 2**36 for any tensor a GPU holds.
+    keys, bytes_in = np.unique(row_of * (1 << 36) + s[keep] // SECTOR, return_counts=True)
+    partial = bytes_in * width < SECTOR
+    return np.bincount(keys[partial] >> 36, minlength=rows)
 
 
 def _shared_rows(addr: np.ndarray, width: int) -> dict:
@@ -709,6 +727,7 @@ class AccessStats:
     sectors: float = 0.0
     lines: float = 0.0
     cta_sectors: float = 0.0
+    partial_sectors: float = 0.0
     wavefronts: float = 0.0
     conflict_ways: int = 1
     mean_conflict_ways: float = 1.0
@@ -817,6 +836,7 @@ def _summarize(batch: _Batch, weights: np.ndarray) -> AccessStats:
         stats.useful_bytes = float(weights @ rows["useful"])
         stats.sectors = float(weights @ rows["sectors"])
         stats.lines = float(weights @ rows["lines"])
+        stats.partial_sectors = float(weights @ rows["partial"])
         stats.wavefronts = stats.lines
         sec = np.where(batch.addr >= 0, batch.addr // SECTOR, -1).reshape(n, k * WARP)
         stats.cta_sectors = float(weights @ _count_distinct(sec))
@@ -916,7 +936,8 @@ def _predict(variant: _Variant, stats: list, dram: dict, dev: dict) -> dict:
     dram_read, dram_write = dram["load"]["dram_bytes"], dram["store"]["dram_bytes"]
     t_dram = (dram_read + dram_write) / copy_bw
     t_latency = dev["cta_latency_s"] * dram_read * busiest / in_flight
-    store_sectors = sum(s.sectors for s in stats if s.space == "global" and s.op == "store")
+    # Only partially written sectors go through L2's byte-masked merge; full sectors stream to DRAM.
+    store_sectors = sum(s.partial_sectors for s in stats if s.space == "global" and s.op == "store")
     load_sectors = sum(s.cta_sectors for s in stats if s.space == "global" and s.op == "load")
     wavefronts = sum(s.wavefronts for s in stats)
     resources = {
