@@ -66,8 +66,8 @@ def walk_seed_example() -> None:
         f"  its output mask {tm.out_mask.shape} is the input mask transposed ({int(tm.out_mask.sum())} slots), "
         f"writing output row {tm.out_rows[0]}, columns {tm.out_cols[0]}..{tm.out_cols[1] - 1}."
     )
-    print("  Reusing the input mask for the store would keep a 31x1 region of the 32x32 output tile instead: ")
-    print("  31 wrong rows of one column, which the transposed output has no room for.\n")
+    print("  Reusing the input mask for the store would keep the 31x1 corner of the output tile instead: output")
+    print("  rows 64..94 of column 0, which do not exist (65 rows), and it would drop row 64's 31 columns.\n")
 
 
 def run(device: str, png: str, quick: bool = False) -> int:

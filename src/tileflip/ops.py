@@ -99,6 +99,17 @@ def resolve_backend(x: torch.Tensor, backend: str) -> str:
     return backend
 
 
+_gpu_count = None
+
+
+def _several_gpus() -> bool:
+    """Whether a launch may need to switch devices (checked once: the count does not change)."""
+    global _gpu_count
+    if _gpu_count is None:
+        _gpu_count = torch.cuda.device_count()
+    return _gpu_count > 1
+
+
 def _run(x: torch.Tensor, out: torch.Tensor, backend: str) -> None:
     """Launch; x and out are non-empty and checked. Kernels receive the tensors in their own dtype and
     view them as unsigned integers only where a view matters (compiling, the interpreter)."""
@@ -140,7 +151,7 @@ def _transpose(x: torch.Tensor, out: torch.Tensor | None, backend: str) -> torch
         check_out(x, out, (N, M))
     if x.numel() == 0:
         return out
-    if x.device.type == "cuda" and x.device.index != torch.cuda.current_device():
+    if x.is_cuda and _several_gpus() and x.device.index != torch.cuda.current_device():
         with torch.cuda.device(x.device):
             _run(x, out, chosen)
     else:
@@ -189,7 +200,7 @@ def _permute(x, dims, out, backend):
         out.copy_(x.permute(dims))
         return out
     p = plan.plan_permute(tuple(x.shape), tuple(x.stride()), dims, x.element_size())
-    if x.device.type == "cuda" and x.device.index != torch.cuda.current_device():
+    if x.is_cuda and _several_gpus() and x.device.index != torch.cuda.current_device():
         with torch.cuda.device(x.device):
             _run_permute(x, out, p)
     else:

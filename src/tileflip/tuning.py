@@ -70,8 +70,12 @@ def auto_backend(x) -> str:
     if x.dim() != 2:  # the table is measured on 2-D cases; N-D data moves through the Triton kernels
         return "triton"
     M, N = x.shape
-    es = x.element_size()
-    return _table()["auto"].get(f"{es}:{shape_class(M, N, es)}", "triton")
+    return _auto(x.element_size(), shape_class(M, N, x.element_size()))
+
+
+@lru_cache(maxsize=64)
+def _auto(element_size: int, cls: str) -> str:
+    return _table()["auto"].get(f"{element_size}:{cls}", "triton")
 
 
 # Block shapes of the N-D permute kernels (tileflip.kernels.triton_permute), kept here, free of triton,

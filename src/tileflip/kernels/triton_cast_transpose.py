@@ -42,6 +42,7 @@ import triton
 import triton.language as tl
 
 from tileflip.dtypes import as_uint
+from tileflip.kernels.triton_common import current_stream, is_interpreted_kernel, spec_key
 from tileflip.plan import transpose_grid
 from tileflip.tuning import TileConfig
 
@@ -154,21 +155,7 @@ def is_interpreted() -> bool:
     return _INTERPRETED
 
 
-_INTERPRETED = not isinstance(cast_transpose_kernel, triton.runtime.JITFunction)
-
-
-def _current_stream(device: int) -> int:
-    # Rebound on first use to torch's raw-stream getter (CPU builds of torch lack it).
-    global _current_stream
-    from torch._C import _cuda_getCurrentRawStream
-
-    _current_stream = _cuda_getCurrentRawStream
-    return _current_stream(device)
-
-
-def _key(v: int) -> int:
-    """Triton's specialization of an integer argument as a small int (tileflip.plan.specialization_class)."""
-    return 1 if v == 1 else (2 if v % 16 == 0 else 0) | (4 if v >= 2**31 else 0)
+_INTERPRETED = is_interpreted_kernel(cast_transpose_kernel)
 
 
 def fp32_value(scale: float) -> float:
@@ -209,13 +196,13 @@ def launch(x, y, y_t, partials, scale, dtype, config: TileConfig | None = None) 
         return
     device = x.device.index
     ptrs = (x, y_u, yt_u, amax_t, scale_t)
-    key = (device, x.dtype, dtype, config, flags[3:], _key(M), _key(N), _key(sxm), _key(sxn),
+    key = (device, x.dtype, dtype, config, flags[3:], spec_key(M), spec_key(N), spec_key(sxm), spec_key(sxn),
            *(t.data_ptr() % 16 == 0 for t in ptrs))  # fmt: skip
     kernel = _compiled.get(key)
     if kernel is None:
         _compiled[key] = cast_transpose_kernel[(programs,)](*ptrs, scale_v, *args, num_warps=config.num_warps)
         return
-    kernel.run(programs, 1, 1, _current_stream(device), kernel.function, kernel.packed_metadata,
+    kernel.run(programs, 1, 1, current_stream(device), kernel.function, kernel.packed_metadata,
                None, None, None, *ptrs, scale_v, *args)  # fmt: skip
 
 

@@ -21,8 +21,8 @@ import triton
 import triton.language as tl
 
 from tileflip.dtypes import as_uint
+from tileflip.kernels.triton_common import current_stream, is_interpreted_kernel, spec_key
 from tileflip.plan import cdiv
-
 
 
 # grid_m and grid_n only decode the program id: their divisibility buys nothing, and leaving them
@@ -72,21 +72,7 @@ def is_interpreted() -> bool:
     return _INTERPRETED
 
 
-_INTERPRETED = not isinstance(transpose_2d_kernel, triton.runtime.JITFunction)
-
-
-def _current_stream(device: int) -> int:
-    # Rebound on first use to torch's raw-stream getter (~0.1 us; CPU builds of torch lack it).
-    global _current_stream
-    from torch._C import _cuda_getCurrentRawStream
-
-    _current_stream = _cuda_getCurrentRawStream
-    return _current_stream(device)
-
-
-def _key(v: int) -> int:
-    """Triton's specialization of an integer argument, as a small int (see plan.specialization_class)."""
-    return 1 if v == 1 else (2 if v % 16 == 0 else 0) | (4 if v >= 2**31 else 0)
+_INTERPRETED = is_interpreted_kernel(transpose_2d_kernel)
 
 
 # (device, element size, config, keys of M, N, stride_xm, stride_xn, stride_om, pointer alignments)
@@ -112,7 +98,7 @@ def launch(x, out, config) -> None:
         transpose_2d_kernel[(grid_m * grid_n,)](as_uint(x), as_uint(out), *sizes, num_warps=config.num_warps)
         return
     device = x.device.index
-    key = (device, x.element_size(), config, _key(M), _key(N), _key(sxm), _key(sxn), _key(som),
+    key = (device, x.element_size(), config, spec_key(M), spec_key(N), spec_key(sxm), spec_key(sxn), spec_key(som),
            x.data_ptr() % 16 == 0, out.data_ptr() % 16 == 0)  # fmt: skip
     kernel = _compiled.get(key)
     if kernel is None:
@@ -121,7 +107,7 @@ def launch(x, out, config) -> None:
             as_uint(x), as_uint(out), *sizes, num_warps=config.num_warps
         )
         return
-    kernel.run(grid_m * grid_n, 1, 1, _current_stream(device), kernel.function, kernel.packed_metadata,
+    kernel.run(grid_m * grid_n, 1, 1, current_stream(device), kernel.function, kernel.packed_metadata,
                None, None, None, x, out, *sizes)  # fmt: skip
 
 
