@@ -14,13 +14,17 @@ if not HAS_GPU:
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
+GPUS = torch.cuda.device_count() if HAS_GPU else 0
+
+
 def pytest_collection_modifyitems(config, items):
-    if HAS_GPU:
-        return
-    skip = pytest.mark.skip(reason="needs a CUDA GPU")
+    no_gpu = pytest.mark.skip(reason="needs a CUDA GPU")
+    one_gpu = pytest.mark.skip(reason="needs two CUDA GPUs")
     for item in items:
-        if "gpu" in item.keywords:
-            item.add_marker(skip)
+        if "gpu" in item.keywords and not HAS_GPU:
+            item.add_marker(no_gpu)
+        elif "multigpu" in item.keywords and GPUS < 2:
+            item.add_marker(one_gpu)
 
 
 @pytest.fixture

@@ -471,9 +471,8 @@ def test_large_offsets():
 
 
 @pytest.mark.gpu
+@pytest.mark.multigpu
 def test_other_device_current():
-    if torch.cuda.device_count() < 2:
-        pytest.skip("needs two GPUs")
     x = torch.randn(100, 70, device="cuda:1")
     y, y_t, a = cast_transpose(x, E4M3)
     assert y.device == x.device and y_t.device == x.device and a.device == x.device

@@ -86,7 +86,7 @@ def test_gloo_exact_and_mismatches(tmp_path, world):
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA GPUs")
+@pytest.mark.multigpu
 def test_nccl_exact_and_mismatches(tmp_path):
     _assert_all_passed(_launch(tmp_path, "exact", 2, backend="nccl"))
 
