@@ -395,7 +395,8 @@ print("ok")
 @pytest.mark.slow
 @pytest.mark.skipif(HAS_GPU, reason="the gpu-marked tests run the kernel itself")
 def test_sm90_code():
-    """The sm_90 code converts with the integer path (no cvt.rn.satfinite), keeps fp32 denormals (no .ftz: scaled-up denormal inputs stay exact) and reads x once, vectorized.
+    """The sm_90 code converts with the integer path (no cvt.rn.satfinite), keeps fp32 denormals (no
+    .ftz: scaled-up denormal inputs stay exact) and reads x once, vectorized.
     Compiled in a child process: the interpreter cannot lower triton's own jit helpers."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     proc = subprocess.run(

@@ -2,10 +2,10 @@
 
 import pytest
 import torch
-
-import tileflip
 from conftest import HAS_GPU
 from helpers import assert_bits_equal, poisoned, random_bits
+
+import tileflip
 
 DEVICES = [pytest.param("cpu", marks=pytest.mark.skipif(HAS_GPU, reason="the GPU case covers it")),
            pytest.param("cuda", marks=pytest.mark.gpu)]  # fmt: skip

@@ -16,7 +16,7 @@ SRC = Path(__file__).resolve().parents[1] / "src"  # children get it on PYTHONPA
 
 pytest.importorskip("cuda.bindings", reason="the CUDA backend needs cuda-python: pip install 'tileflip[cuda]'")
 
-from tileflip.kernels import cuda_transpose, nvrtc
+from tileflip.kernels import cuda_transpose, nvrtc  # noqa: E402 (after the importorskip)
 
 ARCH = 90
 ITEMSIZE = {f"u{bits}": bits // 8 for bits in cuda_transpose.ELEMENT_BITS}

@@ -7,7 +7,6 @@ either end show up.
 
 from __future__ import annotations
 
-import sys
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -20,7 +19,7 @@ pytestmark = [
 
 pytest.importorskip("cuda.bindings", reason="the CUDA backend needs cuda-python: pip install 'tileflip[cuda]'")
 
-from tileflip.kernels import cuda_transpose
+from tileflip.kernels import cuda_transpose  # noqa: E402 (after the importorskip)
 
 SIGNED = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 UNSIGNED = {1: torch.uint8, 2: torch.uint16, 4: torch.uint32, 8: torch.uint64}

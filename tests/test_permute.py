@@ -4,11 +4,11 @@ import random
 
 import pytest
 import torch
+from conftest import HAS_GPU
+from helpers import assert_bits_equal, bits, poisoned, random_bits
 
 import tileflip
 from tileflip import plan
-from conftest import HAS_GPU
-from helpers import assert_bits_equal, bits, poisoned, random_bits
 
 DEVICES = [pytest.param("cpu", marks=pytest.mark.skipif(HAS_GPU, reason="on a GPU machine the gpu cases run")),
            pytest.param("cuda", marks=pytest.mark.gpu)]  # fmt: skip

@@ -1,7 +1,7 @@
 """The planner: the seed functions' worked examples and validation rules, and the kernels' planning."""
 
-import sys
 import subprocess
+import sys
 
 import numpy as np
 import pytest

@@ -6,12 +6,11 @@ The same cases run in Triton's interpreter on the CPU and natively, on every bac
 
 import pytest
 import torch
+from conftest import HAS_GPU
+from helpers import assert_bits_equal, bits, poisoned, random_bits
 
 import tileflip
 from tileflip import dtypes
-from helpers import assert_bits_equal, bits, poisoned, random_bits
-
-from conftest import HAS_GPU
 
 # Named shapes, each with the pitfall it exposes.
 SHAPES = {

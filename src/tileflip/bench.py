@@ -202,7 +202,11 @@ def run_xla(cases: list[Case], quick: bool) -> dict:
     payload = json.dumps({"cases": [[list(c.shape), c.dtype] for c in cases], "quick": quick})
     try:
         proc = subprocess.run(
-            [sys.executable, "-m", "tileflip.bench_xla"], input=payload, capture_output=True, text=True, env=env,
+            [sys.executable, "-m", "tileflip.bench_xla"],
+            input=payload,
+            capture_output=True,
+            text=True,
+            env=env,
             timeout=600,
         )
     except (OSError, subprocess.TimeoutExpired) as e:
@@ -234,9 +238,10 @@ def measure(cases: list[Case], backends: list[str], rounds: int, quick: bool, lo
             log(f"  {b}: {note}")
         chosen = tuning.auto_backend(x) if case.perm is None else _permute_kind(x, case)
         for r in range(rounds):
-            copy_ms, c20, c80 = _time(lambda: dst.copy_(src), quick)
+            copy_ms, c20, c80 = _time(lambda d=dst, s=src: d.copy_(s), quick)
             copy_gbps = nbytes / copy_ms / 1e6
-            row = dict(meta, op="copy", backend="copy", shape=list(case.shape), perm=case.perm, dtype=case.dtype, ms=copy_ms,
+            row = dict(meta, op="copy", backend="copy", shape=list(case.shape), perm=case.perm, dtype=case.dtype,
+                       ms=copy_ms,
                        ms_p20=c20, ms_p80=c80, gbps=copy_gbps, copy_gbps=copy_gbps, fraction_of_copy=1.0,
                        run=run_id, round=r)  # fmt: skip
             records.append(row)
@@ -298,7 +303,11 @@ def table(records: list[dict]) -> str:
         for b in backends:
             v = med.get((s, d, b))
             cells.append(f"{v[1]:>8.0f} {v[2]:>6.1%}   " if v else f"{'-':>18}")
-        label = "x".join(map(str, s)) if isinstance(s[0], int) else "x".join(map(str, s[0])) + " " + ",".join(map(str, s[1]))
+        label = (
+            "x".join(map(str, s))
+            if isinstance(s[0], int)
+            else "x".join(map(str, s[0])) + " " + ",".join(map(str, s[1]))
+        )
         lines.append(f"{label:>12} {d:<14}" + "".join(f"{c:>18}" for c in cells))
     lines.append("each cell: GB/s (read + write bytes) and fraction of the same-run copy; medians over rounds")
     return "\n".join(lines)
@@ -372,7 +381,8 @@ def measure_host(rounds: int, log=print) -> list[dict]:
                 records.append(dict(meta, op="host", backend=name, shape=list(shape), dtype="float32", us=us,
                                     run=meta["time"], round=r))  # fmt: skip
         log(f"host {shape}: " + ", ".join(
-            f"{k.split(':')[0]} {statistics.median(v['us'] for v in records if v['backend'] == k and v['shape'] == list(shape)):.1f}us"
+            f"{k.split(':')[0]} "
+            f"{statistics.median(v['us'] for v in records if v['backend'] == k and v['shape'] == list(shape)):.1f}us"
             for k in fns))  # fmt: skip
     records += measure_new_shapes(meta)
     return records
@@ -417,7 +427,8 @@ def host_table(records: list[dict]) -> str:
     for r in records:
         if r["op"] == "new-shapes":
             lines.append(f"20 new shapes of a known class: {r['compiles']} compilations, first-call host time "
-                         f"max {max(r['first_call_us']):.0f} us, median {statistics.median(r['first_call_us']):.0f} us")  # fmt: skip
+                         f"max {max(r['first_call_us']):.0f} us, "
+                         f"median {statistics.median(r['first_call_us']):.0f} us")  # fmt: skip
     return "\n".join(lines)
 
 
@@ -456,7 +467,9 @@ def cli(argv: list[str]) -> int:
         return 0
     cases = suite_cases(args.suite, args.part)
     if args.suite.startswith("permute"):
-        args.backends = ",".join(b for b in args.backends.split(",") if b in ("auto", *PEERS) and b not in ("cupy", "xla"))
+        args.backends = ",".join(
+            b for b in args.backends.split(",") if b in ("auto", *PEERS) and b not in ("cupy", "xla")
+        )
     records = measure(cases, args.backends.split(","), args.rounds, args.quick, log)
     print(table(records))
     path = write(records, args.suite if not args.part else f"{args.suite}-part{args.part.replace('/', 'of')}", args.out)

@@ -40,7 +40,10 @@ def use_interpreter_without_gpu() -> str:
 def cmd_plan(argv: list[str]) -> int:
     from tileflip import explain
 
-    p = argparse.ArgumentParser(prog="tileflip plan", description="Print the launch plan of a 2-D transpose or an N-D permute (contiguous input).")
+    p = argparse.ArgumentParser(
+        prog="tileflip plan",
+        description="Print the launch plan of a 2-D transpose or an N-D permute (contiguous input).",
+    )
     p.add_argument("--shape", required=True, type=parse_dims, help="e.g. 31x65, or 8x4096x32x128 with --perm")
     p.add_argument("--perm", type=lambda t: parse_dims(t, "perm"), default=None, help="e.g. 0,2,1,3: an N-D permute")
     p.add_argument("--block", type=lambda t: parse_pair(t, "block"), default=None, help="tile, e.g. 32x32")
@@ -57,7 +60,9 @@ def cmd_plan(argv: list[str]) -> int:
 
 
 def cmd_demo(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="tileflip demo", description="Walk the seed example and transpose adversarial cases.")
+    p = argparse.ArgumentParser(
+        prog="tileflip demo", description="Walk the seed example and transpose adversarial cases."
+    )
     p.add_argument("--png", default="tileflip-demo-tiles.png", help="where to save the tile-grid picture")
     p.add_argument("--quick", action="store_true", help="fewer dtypes")
     args = p.parse_args(argv)

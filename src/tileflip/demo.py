@@ -98,7 +98,10 @@ def run(device: str, png: str, quick: bool = False) -> int:
                 f"{name:<20} {'x'.join(map(str, shape)):>10} {dt:<16} {str(tuple(x.stride())):>12} {programs:>9} "
                 f"{ms:>8.2f}  {'bit-exact' if ok else 'MISMATCH'}"
             )
-    print(f"\n{'all cases bit-exact' if not failures else f'{failures} case(s) differ'} (compared as integer views, output poisoned first)")
+    print(
+        f"\n{'all cases bit-exact' if not failures else f'{failures} case(s) differ'} "
+        "(compared as integer views, output poisoned first)"
+    )
     from tileflip import pictures
 
     path = pictures.draw_tile_grid(31, 65, 32, 32, png, title="31x65 in 32x32 tiles: 3 programs, masked slots shaded")

@@ -272,7 +272,8 @@ class Buffers:
             return buf[at * self.es : (at + sum(splits)) * self.es].view(carrier)
 
         return (region(self.send, step.send_at, step.in_splits), region(self.recv, step.recv_at, step.out_splits),
-                [s * self.es // width for s in step.in_splits], [s * self.es // width for s in step.out_splits])  # fmt: skip
+                [s * self.es // width for s in step.in_splits],
+                [s * self.es // width for s in step.out_splits])  # fmt: skip
 
 
 def _all_to_all(ctx: _Ctx, bufs: Buffers, step: Step, index: int, async_op: bool):
@@ -470,7 +471,8 @@ def seq_to_head_plan(P: int, me: int, x, seq: list, chunks: int, backend: str) -
         (a, s_c), got = pieces[me][c], [pieces[i][c] for i in range(P)]
         unpack = _pack_kernels().Segments(
             rows=B, inner_rows=B, stride_outer=0, stride_inner=S * hd,
-            starts=tuple((seq_at[i] + off) * hd for i, (off, _) in enumerate(got)), widths=tuple(s * hd for _, s in got),
+            starts=tuple((seq_at[i] + off) * hd for i, (off, _) in enumerate(got)),
+            widths=tuple(s * hd for _, s in got),
         )  # fmt: skip
         steps.append(Step(
             in_splits=[B * s_c * hd] * P, out_splits=[B * s * hd for _, s in got], send_at=send_at, recv_at=recv_at,
@@ -557,7 +559,8 @@ def head_to_seq_plan(P: int, me: int, x, seq: list, chunks: int, backend: str) -
         mine, sent = pieces[me][c], [pieces[i][c] for i in range(P)]
         pack = _pack_kernels().Segments(
             rows=B, inner_rows=B, stride_outer=0, stride_inner=x.stride(0),
-            starts=tuple((seq_at[i] + off) * hd for i, (off, _) in enumerate(sent)), widths=tuple(s * hd for _, s in sent),
+            starts=tuple((seq_at[i] + off) * hd for i, (off, _) in enumerate(sent)),
+            widths=tuple(s * hd for _, s in sent),
         )  # fmt: skip
         # Received: one (B, s_c, h, D) block per source head group; in out's rows (b, s) of H * D values,
         # head group j is the segment [j * hd, (j + 1) * hd).

@@ -32,7 +32,11 @@ def check_dtype(dtype: torch.dtype, arg: str = "x") -> None:
         return
     if dtype in PACKED:
         raise TypeError(f"{arg} has the packed dtype {dtype} (several values per byte), which is not supported yet")
-    size = torch.empty((), dtype=dtype, device="meta").element_size() if dtype.is_complex or dtype.is_floating_point else None
+    size = (
+        torch.empty((), dtype=dtype, device="meta").element_size()
+        if dtype.is_complex or dtype.is_floating_point
+        else None
+    )
     if size == 16:
         raise TypeError(f"{arg} has the 16-byte dtype {dtype}; supported element sizes are 1, 2, 4 and 8 bytes")
     names = ", ".join(sorted(str(d).removeprefix("torch.") for d in SUPPORTED))

@@ -13,7 +13,13 @@ def plan_text(shape, *, block=None, dtype="float32", programs=12) -> str:
     grid = plan.transpose_grid(M, N, BM, BN, 1 if block else config.group_m)
     lines = [
         f"transpose {M}x{N} {dtype} ({size} B/element) -> {N}x{M}, contiguous",
-        f"tiles {BM}x{BN}" + ("" if block else f" (the tuning table's choice for {size}-byte {tuning.shape_class(M, N, size)} cases, {config.num_warps} warps)"),
+        f"tiles {BM}x{BN}"
+        + (
+            ""
+            if block
+            else f" (the tuning table's choice for {size}-byte {tuning.shape_class(M, N, size)} cases, "
+            f"{config.num_warps} warps)"
+        ),
         f"grid: {grid.grid_m} x {grid.grid_n} tiles = {grid.programs} programs, launched 1-D as {grid.launch}",
         "       (program pid handles tile (pid // grid_n, pid % grid_n); gridDim.y and z stay 1 for any shape)"
         if grid.group_m == 1
@@ -23,13 +29,15 @@ def plan_text(shape, *, block=None, dtype="float32", programs=12) -> str:
         lines.append("empty tensor: nothing is launched")
         return "\n".join(lines)
     covered = grid.programs * BM * BN
-    lines.append(
-        f"useful {M * N} of {covered} slots ({M * N / covered:.1%}); masked {covered - M * N}"
-    )
+    lines.append(f"useful {M * N} of {covered} slots ({M * N / covered:.1%}); masked {covered - M * N}")
     keys = {name: plan.specialization_class(v) for name, v in (("M", M), ("N", N), ("stride_xm", N), ("stride_om", M))}
-    lines.append("Triton specialization class: " + ", ".join(f"{k}={'/'.join(filter(None, v))}" for k, v in keys.items()))
+    lines.append(
+        "Triton specialization class: " + ", ".join(f"{k}={'/'.join(filter(None, v))}" for k, v in keys.items())
+    )
     lines.append("")
-    lines.append(f"{'program':>8} {'tile':>10} {'input rows':>12} {'input cols':>12} {'kept':>8} {'masked':>7}   writes output")
+    lines.append(
+        f"{'program':>8} {'tile':>10} {'input rows':>12} {'input cols':>12} {'kept':>8} {'masked':>7}   writes output"
+    )
     for pid in range(min(programs, grid.programs)):
         pm, pn = grid.tile_of(pid)
         lines.append(tile_line(pid, plan.tile_masks(M, N, BM, BN, pm, pn)))
@@ -82,7 +90,10 @@ def _permute_launch(p, size) -> list[str]:
         return ["nothing to launch"]
     if p.kind == "transpose2d":
         (s0, s1) = p.sizes
-        return [f"the 2-D transpose kernel on a {s1}x{s0} view:", *plan_text((s1, s0), dtype=_dtype(size)).splitlines()[1:4]]
+        return [
+            f"the 2-D transpose kernel on a {s1}x{s0} view:",
+            *plan_text((s1, s0), dtype=_dtype(size)).splitlines()[1:4],
+        ]
     if p.kind in ("rows", "copy"):
         L = p.sizes[-1]
         R = 1
@@ -90,8 +101,10 @@ def _permute_launch(p, size) -> list[str]:
             R *= s
         br, bl, w = tuning.rows_blocks(L, size)
         grid = plan.cdiv(R, br) * plan.cdiv(L, bl)
-        return [f"rows kernel: {R} rows of {L} elements, tiles {br} rows x {bl}, {w} warps",
-                f"grid: {grid} programs (1-D), batch dims {p.batch} decomposed per row"]
+        return [
+            f"rows kernel: {R} rows of {L} elements, tiles {br} rows x {bl}, {w} warps",
+            f"grid: {grid} programs (1-D), batch dims {p.batch} decomposed per row",
+        ]
     if p.kind == "tiles":
         a, b = p.a, len(p.sizes) - 1
         bb, ba, w = tuning.tiles_blocks(p.sizes[b], p.sizes[a], config)
@@ -99,14 +112,18 @@ def _permute_launch(p, size) -> list[str]:
         for d in p.batch:
             count *= p.sizes[d]
         tiles = plan.cdiv(p.sizes[b], bb) * plan.cdiv(p.sizes[a], ba)
-        return [f"tiles kernel: a = dim {a} (input-fastest, size {p.sizes[a]}), b = dim {b} (output-fastest, "
-                f"size {p.sizes[b]}); tile {bb} (b) x {ba} (a), {w} warps",
-                f"grid: {tiles} tiles x {count} batch elements = {tiles * count} programs (1-D); batch dims {p.batch}"]
+        return [
+            f"tiles kernel: a = dim {a} (input-fastest, size {p.sizes[a]}), b = dim {b} (output-fastest, "
+            f"size {p.sizes[b]}); tile {bb} (b) x {ba} (a), {w} warps",
+            f"grid: {tiles} tiles x {count} batch elements = {tiles * count} programs (1-D); batch dims {p.batch}",
+        ]
     numel = 1
     for s in p.sizes:
         numel *= s
-    return [f"general kernel: {numel} elements gathered, {tuning.GENERAL_BLOCK} per program, "
-            f"grid {plan.cdiv(numel, tuning.GENERAL_BLOCK)} programs"]
+    return [
+        f"general kernel: {numel} elements gathered, {tuning.GENERAL_BLOCK} per program, "
+        f"grid {plan.cdiv(numel, tuning.GENERAL_BLOCK)} programs"
+    ]
 
 
 def _dtype(size):

@@ -187,7 +187,9 @@ def tile_masks(M: int, N: int, BM: int, BN: int, pid_m: int, pid_n: int) -> Tile
     grid = transpose_grid(M, N, BM, BN)
     for name, pid, limit in (("pid_m", pid_m, grid.grid_m), ("pid_n", pid_n, grid.grid_n)):
         if type(pid) is not int or not 0 <= pid < limit:
-            raise ValueError(f"{name} must be an int in [0, {limit}) for a {M}x{N} input in {BM}x{BN} tiles, got {pid!r}")
+            raise ValueError(
+                f"{name} must be an int in [0, {limit}) for a {M}x{N} input in {BM}x{BN} tiles, got {pid!r}"
+            )
     rm = pid_m * BM + np.arange(BM)
     rn = pid_n * BN + np.arange(BN)
     in_mask = (rm[:, None] < M) & (rn[None, :] < N)

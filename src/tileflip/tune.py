@@ -13,7 +13,7 @@ import json
 import sys
 
 from tileflip import tuning
-from tileflip.bench import _make_input, _meta, _time, Case
+from tileflip.bench import Case, _make_input, _meta, _time
 
 # One representative shape per shape class (see tuning.shape_class). Only the large class is swept:
 # thin cases (a dimension under 64) of 4 MiB or more are rare, and they keep the large choice.
@@ -55,12 +55,13 @@ def sweep(element_sizes, log) -> list[dict]:
                         mine = [r for r in rows if r["shape"] == list(shape) and r["element_size"] == es]
                         best = max(mine, key=lambda r: r["fraction_of_copy"])["config"]
                         config = tuning.TileConfig(*best[:3], group_m=8)
-                    copy_ms = _time(lambda: dst.copy_(src), True)[0]
-                    ms = _time(lambda c=config: triton_transpose.launch(x, out, c), True)[0]
+                    copy_ms = _time(lambda d=dst, s=src: d.copy_(s), True)[0]
+                    ms = _time(lambda c=config, x=x, o=out: triton_transpose.launch(x, o, c), True)[0]
                     assert torch.equal(out, x.t()), f"wrong result for {config} on {shape}"
                     row = dict(meta, element_size=es, shape_class=cls, shape=list(shape),
                                config=[config.block_m, config.block_n, config.num_warps, config.group_m],
-                               ms=ms, copy_ms=copy_ms, fraction_of_copy=copy_ms / ms, gbps=nbytes / ms / 1e6)  # fmt: skip
+                               ms=ms, copy_ms=copy_ms, fraction_of_copy=copy_ms / ms,
+                               gbps=nbytes / ms / 1e6)  # fmt: skip
                     rows.append(row)
                     log(f"{es} B {shape} {row['config']}: {row['fraction_of_copy']:.1%}")
                 del x, out, src, dst
@@ -106,6 +107,7 @@ def auto_from_bench(records: list[dict]) -> dict:
             classes.setdefault(key, {}).setdefault((shape, dtype), {})[backend] = ms
     table = {}
     for key, cases in classes.items():
+
         def worst(b):
             return min(min(t.values()) / t[b] if b in t else 0.0 for t in cases.values())
 

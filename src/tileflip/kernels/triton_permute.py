@@ -36,11 +36,11 @@ def permute_rows_kernel(
     pid_r = pid // grid_l
     pid_l = pid % grid_l
     r = pid_r.to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)
-    l = pid_l.to(tl.int64) * BLOCK_L + tl.arange(0, BLOCK_L)
+    c = pid_l.to(tl.int64) * BLOCK_L + tl.arange(0, BLOCK_L)
     row_in = _offset(r, outer_sizes, outer_in_strides, NOUTER)
-    mask = (r[:, None] < R) & (l[None, :] < L)
-    v = tl.load(x_ptr + row_in[:, None] + l[None, :], mask=mask)
-    tl.store(out_ptr + r[:, None] * L + l[None, :], v, mask=mask)
+    mask = (r[:, None] < R) & (c[None, :] < L)
+    v = tl.load(x_ptr + row_in[:, None] + c[None, :], mask=mask)
+    tl.store(out_ptr + r[:, None] * L + c[None, :], v, mask=mask)
 
 
 @triton.jit
@@ -109,7 +109,8 @@ def launch(x, out, plan, config) -> None:
     elif plan.kind == "general":
         numel = out.numel()
         permute_general_kernel[(cdiv(numel, tuning.GENERAL_BLOCK),)](
-            xi, oi, numel, tuple(reversed(sizes)), tuple(reversed(strides)), NDIM=len(sizes), BLOCK=tuning.GENERAL_BLOCK,
+            xi, oi, numel, tuple(reversed(sizes)), tuple(reversed(strides)), NDIM=len(sizes),
+            BLOCK=tuning.GENERAL_BLOCK,
             num_warps=4,
         )  # fmt: skip
     else:
