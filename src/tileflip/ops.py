@@ -110,6 +110,15 @@ def _several_gpus() -> bool:
     return _gpu_count > 1
 
 
+def _on_device_of(x: torch.Tensor, fn, *args) -> None:
+    """Call ``fn(*args)`` with x's GPU current, as launches on the current stream need."""
+    if x.is_cuda and _several_gpus() and x.device.index != torch.cuda.current_device():
+        with torch.cuda.device(x.device):
+            fn(*args)
+    else:
+        fn(*args)
+
+
 def _run(x: torch.Tensor, out: torch.Tensor, backend: str) -> None:
     """Launch; x and out are non-empty and checked. Kernels receive the tensors in their own dtype and
     view them as unsigned integers only where a view matters (compiling, the interpreter)."""
@@ -151,11 +160,7 @@ def _transpose(x: torch.Tensor, out: torch.Tensor | None, backend: str) -> torch
         check_out(x, out, (N, M))
     if x.numel() == 0:
         return out
-    if x.is_cuda and _several_gpus() and x.device.index != torch.cuda.current_device():
-        with torch.cuda.device(x.device):
-            _run(x, out, chosen)
-    else:
-        _run(x, out, chosen)
+    _on_device_of(x, _run, x, out, chosen)
     return out
 
 
@@ -200,11 +205,7 @@ def _permute(x, dims, out, backend):
         out.copy_(x.permute(dims))
         return out
     p = plan.plan_permute(tuple(x.shape), tuple(x.stride()), dims, x.element_size())
-    if x.is_cuda and _several_gpus() and x.device.index != torch.cuda.current_device():
-        with torch.cuda.device(x.device):
-            _run_permute(x, out, p)
-    else:
-        _run_permute(x, out, p)
+    _on_device_of(x, _run_permute, x, out, p)
     return out
 
 
