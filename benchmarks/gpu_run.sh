@@ -20,7 +20,7 @@ run() {  # run NAME SECONDS COMMAND...
 for step in "$@"; do
   case $step in
     env) run env 60 python3 -c "import torch, triton, sys; print(sys.version, torch.__version__, triton.__version__, torch.cuda.get_device_name(), torch.cuda.device_count())" ;;
-    tests) run tests 175 python3 -m pytest -m "gpu and not multigpu" -q -p no:cacheprovider --maxfail=20 --durations=5 ;;
+    tests) run tests 540 python3 -m pytest -m "gpu and not multigpu" -q -p no:cacheprovider --maxfail=20 --durations=5 ;;
     device) run device 120 python3 benchmarks/measure_device.py && cp src/tileflip/data/h200.json "$OUT/" ;;
     analyze) run analyze-16384x16384-float32 120 python3 -m tileflip.cli analyze --measure --shape 16384x16384 --dtype float32
              for s in "4096x4096 float32" "16384x16384 bfloat16"; do
