@@ -161,21 +161,30 @@ class _Run:
         if entry["large"]:
             return self.large_case(entry)
         torch = self.torch
-        M, N, size, guard = entry["M"], entry["N"], entry["size"], entry["guard"]
-        signed = self.signed(size)
+        M, N, size = entry["M"], entry["N"], entry["size"]
         original = np.load(os.path.join(self.workdir, entry["x_file"])).view(f"i{size}")
         buf = torch.from_numpy(original.copy()).to(self.device)
         x = buf.view(getattr(torch, entry["dtype"])).as_strided((M, N), entry["strides"], entry["offset"])
-        poison = np.array(entry["poison"], dtype=f"u{size}").view(f"i{size}").item()
-        out_buf = (
-            torch.full((2 * guard + M * N,), poison, dtype=signed, device=self.device) if self.form == "out" else None
-        )
-        data, problem = self.call(x, M, N, out_buf, guard)
+        data, problem = self.call_poisoned(x, M, N, entry)
         if problem:
             return {"outcome": "bad-result", "message": problem}
         np.save(os.path.join(self.workdir, out_file), data.cpu().numpy())
         x_changed = int(np.count_nonzero(buf.cpu().numpy() != original))
         return {"outcome": "ok", "out_file": out_file, "x_changed": x_changed}
+
+    @staticmethod
+    def poison_value(entry: dict) -> int:
+        size = entry["size"]
+        return np.array(entry["poison"], dtype=f"u{size}").view(f"i{size}").item()
+
+    def call_poisoned(self, x, M: int, N: int, entry: dict):
+        """Run the target on x; for f(x, out) the output sits in a poisoned buffer with guard bands."""
+        size, guard = entry["size"], entry["guard"]
+        poison = self.poison_value(entry)
+        out_buf = None
+        if self.form == "out":
+            out_buf = self.torch.full((2 * guard + M * N,), poison, dtype=self.signed(size), device=self.device)
+        return self.call(x, M, N, out_buf, guard)
 
     def large_case(self, entry: dict) -> dict:
         """Past 2**31 elements: build x here, compare with torch's own x.t() here, send back a summary.
@@ -194,13 +203,10 @@ class _Run:
             values = torch.arange(r0 * N, r1 * N, device=self.device) % 2039 + 1
             x_bits[r0:r1] = values.view(r1 - r0, N).to(getattr(torch, entry["dtype"])).view(signed)
         x = x_bits.view(getattr(torch, entry["dtype"]))
-        poison = np.array(entry["poison"], dtype=f"u{size}").view(f"i{size}").item()
-        out_buf = (
-            torch.full((2 * guard + M * N,), poison, dtype=signed, device=self.device) if self.form == "out" else None
-        )
-        data, problem = self.call(x, M, N, out_buf, guard)
+        data, problem = self.call_poisoned(x, M, N, entry)
         if problem:
             return {"outcome": "bad-result", "message": problem}
+        poison = self.poison_value(entry)
         g = guard if self.form == "out" else 0
         region = data[g : g + M * N].view(N, M)
         outside = int((data[:g] != poison).sum() + (data[g + M * N :] != poison).sum()) if g else 0
