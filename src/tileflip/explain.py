@@ -83,9 +83,6 @@ def permute_text(shape, perm, *, dtype="float32") -> str:
 
 
 def _permute_launch(p, size) -> list[str]:
-    # The block choices are the launcher's own functions: pure Python, shared with the kernels' module
-    # through tuning and plan only, so this stays free of triton.
-    config = tuning.triton_config(size)
     if p.kind == "empty":
         return ["nothing to launch"]
     if p.kind == "transpose2d":
@@ -94,36 +91,33 @@ def _permute_launch(p, size) -> list[str]:
             f"the 2-D transpose kernel on a {s1}x{s0} view:",
             *plan_text((s1, s0), dtype=_dtype(size)).splitlines()[1:4],
         ]
+    go = tuning.permute_launch(p, size)  # the launcher's own geometry
     if p.kind in ("rows", "copy"):
-        L = p.sizes[-1]
-        R = 1
-        for s in p.sizes[:-1]:
-            R *= s
-        br, bl, w = tuning.rows_blocks(L, size)
-        grid = plan.cdiv(R, br) * plan.cdiv(L, bl)
+        br, bl = go.blocks
         return [
-            f"rows kernel: {R} rows of {L} elements, tiles {br} rows x {bl}, {w} warps",
-            f"grid: {grid} programs (1-D), batch dims {p.batch} decomposed per row",
+            f"rows kernel: {_rows(p)} rows of {p.sizes[-1]} elements, tiles {br} rows x {bl}, {go.num_warps} warps",
+            f"grid: {go.programs} programs (1-D), batch dims {p.batch} decomposed per row",
         ]
     if p.kind == "tiles":
         a, b = p.a, len(p.sizes) - 1
-        bb, ba, w = tuning.tiles_blocks(p.sizes[b], p.sizes[a], config)
-        count = 1
-        for d in p.batch:
-            count *= p.sizes[d]
-        tiles = plan.cdiv(p.sizes[b], bb) * plan.cdiv(p.sizes[a], ba)
+        bb, ba = go.blocks
+        tiles = go.grid[0] * go.grid[1]
         return [
             f"tiles kernel: a = dim {a} (input-fastest, size {p.sizes[a]}), b = dim {b} (output-fastest, "
-            f"size {p.sizes[b]}); tile {bb} (b) x {ba} (a), {w} warps",
-            f"grid: {tiles} tiles x {count} batch elements = {tiles * count} programs (1-D); batch dims {p.batch}",
+            f"size {p.sizes[b]}); tile {bb} (b) x {ba} (a), {go.num_warps} warps",
+            f"grid: {tiles} tiles x {go.batch} batch elements = {go.programs} programs (1-D); batch dims {p.batch}",
         ]
-    numel = 1
-    for s in p.sizes:
-        numel *= s
     return [
-        f"general kernel: {numel} elements gathered, {tuning.GENERAL_BLOCK} per program, "
-        f"grid {plan.cdiv(numel, tuning.GENERAL_BLOCK)} programs"
+        f"general kernel: {_rows(p) * p.sizes[-1]} elements gathered, {go.blocks[0]} per program, "
+        f"grid {go.programs} programs"
     ]
+
+
+def _rows(p) -> int:
+    n = 1
+    for s in p.sizes[:-1]:
+        n *= s
+    return n
 
 
 def _dtype(size):

@@ -218,7 +218,7 @@ def _run_permute(x, out, p) -> None:
         return
     from tileflip.kernels import triton_permute
 
-    triton_permute.launch(x, out, p, tuning.triton_config(x.element_size()))
+    triton_permute.launch(x, out, p)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from tileflip.plan import cdiv
+
 TABLE_FILE = Path(__file__).with_name("data") / "tuning-h200.json"
 
 
@@ -106,3 +108,50 @@ def tiles_blocks(size_b: int, size_a: int, config) -> tuple[int, int, int]:
 
 
 GENERAL_BLOCK = 1024
+
+
+@dataclass(frozen=True)
+class PermuteLaunch:
+    """How an N-D permute plan is launched: block shape, warps, and the 1-D grid's parts.
+
+    ``blocks`` and ``grid`` are (BLOCK_R, BLOCK_L) and (row tiles, column tiles) for rows/copy,
+    (BLOCK_B, BLOCK_A) and (b tiles, a tiles) for tiles, (BLOCK,) and (programs,) for general;
+    ``batch`` multiplies the grid for the tiles kernel (one group of programs per batch element).
+    """
+
+    blocks: tuple
+    num_warps: int
+    grid: tuple
+    batch: int = 1
+
+    @property
+    def programs(self) -> int:
+        n = self.batch
+        for g in self.grid:
+            n *= g
+        return n
+
+
+def permute_launch(p, element_size: int) -> PermuteLaunch:
+    """The launch of ``p`` (a ``tileflip.plan.PermutePlan`` of kind rows, copy, tiles or general)."""
+    sizes = p.sizes
+    if p.kind in ("rows", "copy"):
+        L = sizes[-1]
+        R = _product(sizes[:-1])
+        block_r, block_l, warps = rows_blocks(L, element_size)
+        return PermuteLaunch((block_r, block_l), warps, (cdiv(R, block_r), cdiv(L, block_l)))
+    if p.kind == "tiles":
+        size_a, size_b = sizes[p.a], sizes[-1]
+        block_b, block_a, warps = tiles_blocks(size_b, size_a, triton_config(element_size))
+        batch = _product(sizes[d] for d in p.batch)
+        return PermuteLaunch((block_b, block_a), warps, (cdiv(size_b, block_b), cdiv(size_a, block_a)), batch)
+    if p.kind == "general":
+        return PermuteLaunch((GENERAL_BLOCK,), 4, (cdiv(_product(sizes), GENERAL_BLOCK),))
+    raise ValueError(f"plan kind {p.kind!r} has no permute-kernel launch")
+
+
+def _product(values) -> int:
+    n = 1
+    for v in values:
+        n *= v
+    return n

@@ -13,7 +13,6 @@ import triton.language as tl
 
 from tileflip import tuning
 from tileflip.dtypes import as_uint
-from tileflip.plan import cdiv
 
 
 @triton.jit
@@ -76,42 +75,29 @@ def permute_general_kernel(x_ptr, out_ptr, numel, sizes, in_strides, NDIM: tl.co
     tl.store(out_ptr + offs, v, mask=mask)
 
 
-def launch(x, out, plan, config) -> None:
-    """Run ``plan`` (kind rows, tiles, copy or general) from ``x`` into the contiguous ``out``."""
+def launch(x, out, plan) -> None:
+    """Run ``plan`` (kind rows, copy, tiles or general) from ``x`` into the contiguous ``out``."""
     xi, oi = as_uint(x), as_uint(out)
     sizes, strides = plan.sizes, plan.in_strides
-    es = x.element_size()
+    go = tuning.permute_launch(plan, x.element_size())
     if plan.kind in ("rows", "copy"):
-        L = sizes[-1]
-        R = out.numel() // L
-        block_r, block_l, warps = tuning.rows_blocks(L, es)
-        grid_l = cdiv(L, block_l)
         outer = tuple(reversed(sizes[:-1]))
         outer_strides = tuple(reversed(strides[:-1]))
-        permute_rows_kernel[(cdiv(R, block_r) * grid_l,)](
-            xi, oi, R, L, grid_l, outer, outer_strides, NOUTER=len(outer), BLOCK_R=block_r, BLOCK_L=block_l,
-            num_warps=warps,
+        permute_rows_kernel[(go.programs,)](
+            xi, oi, out.numel() // sizes[-1], sizes[-1], go.grid[1], outer, outer_strides, NOUTER=len(outer),
+            BLOCK_R=go.blocks[0], BLOCK_L=go.blocks[1], num_warps=go.num_warps,
         )  # fmt: skip
     elif plan.kind == "tiles":
         a, b = plan.a, len(sizes) - 1
         out_strides = plan.out_strides
         batch = tuple(reversed(plan.batch))
-        block_b, block_a, warps = tuning.tiles_blocks(sizes[b], sizes[a], config)
-        grid_b, grid_a = cdiv(sizes[b], block_b), cdiv(sizes[a], block_a)
-        count = 1
-        for d in batch:
-            count *= sizes[d]
-        permute_tiles_kernel[(grid_b * grid_a * count,)](
-            xi, oi, sizes[b], sizes[a], strides[b], strides[a], out_strides[a], grid_b, grid_a,
+        permute_tiles_kernel[(go.programs,)](
+            xi, oi, sizes[b], sizes[a], strides[b], strides[a], out_strides[a], go.grid[0], go.grid[1],
             tuple(sizes[d] for d in batch), tuple(strides[d] for d in batch), tuple(out_strides[d] for d in batch),
-            NBATCH=len(batch), BLOCK_B=block_b, BLOCK_A=block_a, num_warps=warps,
-        )  # fmt: skip
-    elif plan.kind == "general":
-        numel = out.numel()
-        permute_general_kernel[(cdiv(numel, tuning.GENERAL_BLOCK),)](
-            xi, oi, numel, tuple(reversed(sizes)), tuple(reversed(strides)), NDIM=len(sizes),
-            BLOCK=tuning.GENERAL_BLOCK,
-            num_warps=4,
+            NBATCH=len(batch), BLOCK_B=go.blocks[0], BLOCK_A=go.blocks[1], num_warps=go.num_warps,
         )  # fmt: skip
     else:
-        raise ValueError(f"plan kind {plan.kind!r} is not launched by this module")
+        permute_general_kernel[(go.programs,)](
+            xi, oi, out.numel(), tuple(reversed(sizes)), tuple(reversed(strides)), NDIM=len(sizes),
+            BLOCK=go.blocks[0], num_warps=go.num_warps,
+        )  # fmt: skip
