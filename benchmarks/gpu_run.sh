@@ -20,6 +20,9 @@ run() {  # run NAME SECONDS COMMAND...
 for step in "$@"; do
   case $step in
     env) run env 60 python3 -c "import torch, triton, sys; print(sys.version, torch.__version__, triton.__version__, torch.cuda.get_device_name(), torch.cuda.device_count())" ;;
+    xdist) run xdist 60 python3 -m pip install -q --no-index .wheels/execnet-*.whl .wheels/pytest_xdist-*.whl ;;
+    tests-par) run tests-par 380 python3 -m pytest -m "gpu and not multigpu" -q -p no:cacheprovider -n 8 --maxfail=20 ;;
+    tests-2d) run tests-2d 240 python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_transpose.py tests/test_cuda_launch_gpu.py tests/test_compile.py ;;
     tests) run tests 540 python3 -m pytest -m "gpu and not multigpu" -q -p no:cacheprovider --maxfail=20 --durations=5 ;;
     device) run device 120 python3 benchmarks/measure_device.py && cp src/tileflip/data/h200.json "$OUT/" ;;
     analyze) run analyze-16384x16384-float32 120 python3 -m tileflip.cli analyze --measure --shape 16384x16384 --dtype float32
@@ -31,6 +34,7 @@ for step in "$@"; do
     bench-host) run bench-host 120 python3 -m tileflip.cli bench --suite host --out "$OUT" ;;
     bench-permute) run bench-permute 200 python3 -m tileflip.cli bench --suite permute --quick --out "$OUT" ;;
     bench-permute-random) run bench-permute-random 300 python3 -m tileflip.cli bench --suite permute-random --quick --out "$OUT" ;;
+    bench-cast-tiles) run bench-cast-tiles 200 python3 -m tileflip.cli bench --suite cast --quick --out "$OUT" --tiles 64x128w4,128x64w4,128x128w4,64x64w4,128x128w8 ;;
     bench-cast) run bench-cast 200 python3 -m tileflip.cli bench --suite cast --quick --out "$OUT" ;;
     tests-compile) run tests-compile 120 python3 -m pytest -m gpu -q -p no:cacheprovider "tests/test_transpose.py::test_no_recompile_for_new_shapes_of_a_class" ;;
     dist-tests) run dist-tests 200 python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_distributed.py ;;

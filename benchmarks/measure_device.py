@@ -23,6 +23,21 @@ times is kept. What each constant is and how it is measured:
   Its fraction f of the copy gives L = Q (1 / f - 1) / (copy_bw / 2 / SMs), the analyzer's latency
   law solved for L; the median over k in (4, 8, 16) is kept. (A first version used many short-lived
   CTAs, which also measured the CTA launch rate and doubled L.) Needs triton; else the old value stays.
+* ``cta_turnaround_s``: what that persistent copy leaves out and every tileflip launch pays: a CTA that
+  moves one tile and exits frees its slot only when its slowest warp is done, and the next CTA must be
+  launched into the slot before its loads go out. Two Triton fp32 copies of 1 GiB with the tiled
+  kernels' CTA shape (8 warps, so 8 CTAs per SM by the thread limit) and BLOCK elements per CTA, BLOCK
+  in (512, 1024, 2048) (2, 4, 8 KiB per CTA): one block per CTA (``_copy_one_block``) and persistent
+  CTAs, SMs x 8 of them, walking the same blocks (``_copy_persistent``). Both hold the same bytes in
+  flight per SM; the difference per round (blocks / (SMs x 8)) is the turnaround; the median over
+  BLOCK is kept (each point is in ``measurements``: a turnaround that changes with BLOCK would say the
+  per-round form is wrong). A negative median (noise: no turnaround to see) is kept as 0.
+* request-size check (``measurements["request_size_check"]`` only, no constant): persistent copies whose
+  lanes each move one element per instruction (the stride is a run-time value, so Triton cannot
+  vectorize), 2-byte elements (64-byte warp requests) vs 4-byte ones (128-byte requests), the same 4
+  KiB per CTA and the same CTAs per SM (as many as the 2-byte kernel's registers allow, ~6), so the same
+  bytes in flight. If the 2-byte copy falls well below the 4-byte one, the memory system has a
+  per-request limit the analyzer does not price (issue 4's rejected candidate); if not, not.
 * SM count, L2 size, shared memory per SM, threads per SM and the clock come from
   ``torch.cuda.get_device_properties`` (``clock_rate`` is the maximum SM clock).
 
@@ -54,6 +69,11 @@ MATRIX = 8192
 # Persistent one-warp CTAs per SM for the latency fit, each moving LATENCY_BLOCK fp32 per iteration.
 LATENCY_CTAS_PER_SM = (4, 8, 16)
 LATENCY_BLOCK = 512
+# CTA turnaround: 8-warp CTAs (the tiled kernels' 256 threads) each copying TURNAROUND_BLOCKS fp32.
+TURNAROUND_WARPS = 8
+TURNAROUND_BLOCKS = (512, 1024, 2048)
+# Request-size check: bytes per CTA per iteration of the one-element-per-lane copies.
+REQUEST_CHECK_BYTES = 4096
 # Resident CTAs per SM by compute capability (CUDA programming guide, table of technical limits).
 MAX_CTAS_PER_SM = {(7, 5): 16, (8, 6): 16, (8, 7): 16, (8, 9): 24, (12, 0): 24}
 
@@ -66,6 +86,20 @@ if triton is not None:
         # Many short-lived CTAs would also measure the CTA launch rate, not the memory latency.
         for b in tl.range(tl.program_id(0), n_blocks, tl.num_programs(0), num_stages=1):
             offs = b.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+            tl.store(dst + offs, tl.load(src + offs))
+
+    @triton.jit
+    def _copy_one_block(src, dst, BLOCK: tl.constexpr):
+        # One block per CTA, then exit: the slot is refilled by a new CTA (what tileflip's kernels do).
+        offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(dst + offs, tl.load(src + offs))
+
+    @triton.jit(do_not_specialize=["stride"])
+    def _copy_scalar_persistent(src, dst, n_blocks, stride, BLOCK: tl.constexpr):
+        # stride is 1 at run time but unknown to the compiler, so no access is vectorized: every warp
+        # instruction moves 32 elements, 64 bytes for 2-byte types, 128 for 4-byte ones.
+        for b in tl.range(tl.program_id(0), n_blocks, tl.num_programs(0), num_stages=1):
+            offs = (b.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)) * stride
             tl.store(dst + offs, tl.load(src + offs))
 
 
@@ -170,6 +204,85 @@ def cta_latency(timer: Timer, t0: float, copy_bw: float, copy_1gib: float, sms: 
     return statistics.median(estimates), points
 
 
+def _resident_ctas(kernel, threads: int, props, max_ctas: int) -> int:
+    """CTAs per SM of a compiled Triton kernel: threads, registers and shared memory limits."""
+    limit = min(max_ctas, props.max_threads_per_multi_processor // threads)
+    regs = getattr(kernel, "n_regs", 0) or 0
+    if regs:
+        limit = min(limit, getattr(props, "regs_per_multiprocessor", 65536) // (-(-regs // 8) * 8 * threads))
+    shared = getattr(getattr(kernel, "metadata", None), "shared", 0) or 0
+    if shared:
+        smem = getattr(props, "shared_memory_per_multiprocessor", 233472)
+        limit = min(limit, smem // (shared + 1024))
+    return max(1, limit)
+
+
+def cta_turnaround(timer: Timer, sms: int, max_ctas: int):
+    """Seconds a CTA slot spends per tile on retiring one CTA and starting the next (see the docstring)."""
+    if triton is None:
+        raise RuntimeError("triton is not installed")
+    props = torch.cuda.get_device_properties(0)
+    n = (1 << 30) // 4
+    src = torch.ones(n, device="cuda")
+    dst = torch.empty_like(src)
+    threads = TURNAROUND_WARPS * 32
+    points, estimates = [], []
+    for block in TURNAROUND_BLOCKS:
+        blocks = n // block
+        one = _copy_one_block[(blocks,)](src, dst, BLOCK=block, num_warps=TURNAROUND_WARPS)
+        per_sm = _resident_ctas(one, threads, props, max_ctas)
+        grid = (sms * per_sm,)
+        persistent = _copy_persistent[grid](src, dst, blocks, BLOCK=block, num_warps=TURNAROUND_WARPS)
+        if _resident_ctas(persistent, threads, props, max_ctas) < per_sm:
+            per_sm = _resident_ctas(persistent, threads, props, max_ctas)
+            grid = (sms * per_sm,)
+        t_one = timer(lambda block=block, blocks=blocks: _copy_one_block[(blocks,)](
+            src, dst, BLOCK=block, num_warps=TURNAROUND_WARPS))
+        t_persistent = timer(lambda block=block, blocks=blocks, grid=grid: _copy_persistent[grid](
+            src, dst, blocks, BLOCK=block, num_warps=TURNAROUND_WARPS))
+        rounds = blocks / (sms * per_sm)
+        turnaround = (t_one - t_persistent) / rounds
+        points.append({"block_elements": block, "bytes_per_cta": block * 4, "ctas_per_sm": per_sm,
+                       "regs": getattr(one, "n_regs", None), "rounds": rounds, "seconds_one_block": t_one,
+                       "seconds_persistent": t_persistent, "turnaround_s": turnaround})
+        estimates.append(turnaround)
+    if not torch.equal(dst, src):
+        raise RuntimeError("the block copy is wrong")
+    return max(0.0, statistics.median(estimates)), points
+
+
+def request_size_check(timer: Timer, t0: float, copy_1gib: float, sms: int, max_ctas: int) -> dict:
+    """Fraction of copy of one-element-per-lane copies with 2- and 4-byte elements (no constant)."""
+    if triton is None:
+        raise RuntimeError("triton is not installed")
+    props = torch.cuda.get_device_properties(0)
+    threads = TURNAROUND_WARPS * 32
+    cases = {}
+    for dtype in (torch.int16, torch.int32):
+        src = torch.ones((1 << 30) // dtype.itemsize, dtype=dtype, device="cuda")
+        dst = torch.empty_like(src)
+        block = REQUEST_CHECK_BYTES // dtype.itemsize
+        blocks = src.numel() // block
+        kernel = _copy_scalar_persistent[(sms,)](src, dst, blocks, 1, BLOCK=block, num_warps=TURNAROUND_WARPS)
+        cases[dtype] = (src, dst, block, blocks, kernel)
+    # Both run with the same CTAs per SM, hence the same bytes in flight: only the request size differs.
+    per_sm = min(_resident_ctas(case[-1], threads, props, max_ctas) for case in cases.values())
+    grid = (sms * per_sm,)
+    result = {}
+    for dtype, (src, dst, block, blocks, kernel) in cases.items():
+        t = timer(lambda block=block, blocks=blocks, src=src, dst=dst: _copy_scalar_persistent[grid](
+            src, dst, blocks, 1, BLOCK=block, num_warps=TURNAROUND_WARPS))
+        if not torch.equal(dst, src):
+            raise RuntimeError("the scalar copy is wrong")
+        requests = 2 * src.numel() // 32  # warp instructions, loads and stores
+        result[f"{8 * dtype.itemsize}-bit"] = {
+            "bytes_per_request": 32 * dtype.itemsize, "ctas_per_sm": per_sm, "regs": getattr(kernel, "n_regs", None),
+            "bytes_in_flight_per_sm": per_sm * REQUEST_CHECK_BYTES, "seconds": t,
+            "fraction_of_copy": (copy_1gib - t0) / (t - t0), "requests_per_s": requests / (t - t0)}
+    cases.clear()
+    return result
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"JSON to write (default {DEFAULT_OUT})")
@@ -226,6 +339,9 @@ def main(argv=None) -> int:
         ("cta_latency_s", lambda: cta_latency(timer, t0, copy_bw, t_1gib, dev["sm_count"], dev["max_ctas_per_sm"]),
          "Triton persistent one-warp CTAs (4, 8, 16 per SM) copying 1 GiB in 512-element blocks: median of "
          "Q (1/f - 1) / (copy_bw/2/SMs)"),
+        ("cta_turnaround_s", lambda: cta_turnaround(timer, dev["sm_count"], dev["max_ctas_per_sm"]),
+         f"Triton 1 GiB fp32 copies, {TURNAROUND_WARPS}-warp CTAs, blocks of {TURNAROUND_BLOCKS} elements: median "
+         "of (t one block per CTA - t persistent CTAs) / (blocks / (SMs x CTAs per SM))"),
     )
     for key, step, how in steps:
         try:
@@ -235,6 +351,13 @@ def main(argv=None) -> int:
             provenance[key] = f"NOT MEASURED ({exc!r}); kept: {provenance.get(key, 'previous value')}"
             print(f"warning: {key}: {exc!r}", file=sys.stderr)
         torch.cuda.empty_cache()
+    try:
+        measurements["request_size_check"] = request_size_check(timer, t0, t_1gib, dev["sm_count"],
+                                                                dev["max_ctas_per_sm"])
+    except Exception as exc:  # noqa: BLE001 - a check, not a constant
+        measurements["request_size_check"] = {"error": repr(exc)}
+        print(f"warning: request_size_check: {exc!r}", file=sys.stderr)
+    torch.cuda.empty_cache()
 
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     versions = f"torch {torch.__version__}" + (f", triton {triton.__version__}" if triton else "")
@@ -245,8 +368,12 @@ def main(argv=None) -> int:
     result["measurements"] = measurements
 
     for key in ("copy_bandwidth_bytes_per_s", "launch_overhead_s", "l2_write_sectors_per_s",
-                "l2_read_sectors_per_s", "cta_latency_s", "sm_clock_hz", "l2_cache_bytes"):
+                "l2_read_sectors_per_s", "cta_latency_s", "cta_turnaround_s", "sm_clock_hz", "l2_cache_bytes"):
         print(f"{key:<28}{result[key]:.4g}")
+    for name, point in measurements.get("request_size_check", {}).items():
+        if isinstance(point, dict):
+            print(f"request size check {name}: {point['bytes_per_request']} B/request, "
+                  f"{point['fraction_of_copy']:.1%} of copy, {point['requests_per_s']:.3g} requests/s")
     text = json.dumps(result, indent=2) + "\n"
     if args.print or args.dry_run:
         print(text)

@@ -85,6 +85,11 @@ def test_gloo_exact_and_mismatches(tmp_path, world):
     assert all(r["cases"] == reports[0]["cases"] > 30 for r in reports)
 
 
+def test_gloo_single_rank(tmp_path):
+    """A group of one: no collective at all, only the own block's move."""
+    _assert_all_passed(_launch(tmp_path, "single", 1))
+
+
 @pytest.mark.gpu
 @pytest.mark.multigpu
 def test_nccl_exact_and_mismatches(tmp_path):
@@ -128,14 +133,20 @@ def test_bench_runs_on_cpu(tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     records = json.loads(out.read_text())
     checks = [r for r in records if r["op"] == "check"]
-    assert len(checks) == 4 * 5 and all(r["exact"] for r in checks)
+    assert len(checks) == 4 * 6 and all(r["exact"] for r in checks)
     timed = [r for r in records if r["op"] in ("transpose", "seq_to_head", "head_to_seq")]
     backends = {r["backend"] for r in timed}
-    assert backends == {"copy", "all_to_all_single", "tileflip", "tileflip-pack", "tileflip-unpack", "deepspeed"}
+    assert backends == {"copy", "all_to_all_single", "all_to_all_single-remote", "tileflip", "tileflip-pack",
+                        "tileflip-unpack", "tileflip-own", "deepspeed"}  # fmt: skip
     for key in ("gpu", "torch", "triton", "time", "op", "backend", "shape", "dtype", "ms", "gbps", "copy_gbps",
-                "fraction_of_copy", "run"):  # fmt: skip
+                "fraction_of_copy", "run", "host_ms"):  # fmt: skip
         assert all(key in r for r in timed), key
-    assert sum(r["op"] == "summary" for r in records) == 4 and any(r["op"] == "profile" for r in records)
+    assert {r["chunks_arg"] for r in timed if r["backend"] == "tileflip"} == {1, 2, 4, 8, "auto"}
+    assert all(r["moved_bytes"] > 0 for r in timed if r["backend"].startswith("tileflip-"))
+    summaries = [r for r in records if r["op"] == "summary"]
+    assert len(summaries) == 4 and all(r["auto_chunks"] == 1 for r in summaries)  # tiny sizes: one chunk
+    profiles = [r for r in records if r["op"] == "profile"]
+    assert profiles and all(r["backend"] == "tileflip" for r in profiles)
 
 
 def test_not_initialized_is_refused():
@@ -165,6 +176,32 @@ def test_segment_kernel_matches_reference(dtype, to_blocks):
     triton_pack.reference(want_b, want_i, seg, to_blocks=to_blocks)
     assert_bits_equal(got_b, want_b)
     assert_bits_equal(got_i, want_i)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.uint8, torch.float64, torch.bool])
+def test_rows_kernel_matches_reference(dtype):
+    """The own block's copy alone, against its torch reference: both sides on two levels, offset origins."""
+    from helpers import assert_bits_equal, bits, random_bits
+
+    from tileflip.kernels import triton_pack
+
+    spec = triton_pack.Rows(rows=12, inner_rows=4, width=6, src_outer=50, src_inner=9, dst_outer=41, dst_inner=7)
+    src = random_bits((3 * 50 + 5,), dtype, seed=1)[5:]
+    dst = random_bits((3 * 41 + 2,), dtype, seed=2)[2:]
+    got, want = dst.clone(), dst.clone()
+    triton_pack.launch_rows(got, src, spec)
+    triton_pack.reference_rows(want, src, spec)
+    assert_bits_equal(got, want)
+    assert not torch.equal(bits(got), bits(dst))  # it wrote something (the data are random bits)
+    assert spec.numel == 72
+
+
+def test_auto_chunks():
+    from tileflip.distributed import AUTO_CHUNK_BYTES, AUTO_MAX_CHUNKS, auto_chunks
+
+    assert auto_chunks(0) == auto_chunks(AUTO_CHUNK_BYTES - 1) == 1
+    assert auto_chunks(2 * AUTO_CHUNK_BYTES) == 2
+    assert auto_chunks(1 << 30) == AUTO_MAX_CHUNKS == 4  # 1 GiB per rank: four 256 MiB chunks
 
 
 def test_vector_width():
@@ -273,10 +310,26 @@ def _mismatches(rank, world, device):
         _expect_value_error(lambda: distributed.transpose(ones(2, 3, device=device)), "the operation called differs")
     _expect_value_error(lambda: distributed.transpose(ones(2, 3, device=device), chunks=1 + (rank == last)),
                         "chunks differs")  # fmt: skip
+    _expect_value_error(lambda: distributed.transpose(ones(2, 3, device=device), chunks="auto" if rank else 2),
+                        "chunks differs", "'auto' on rank")  # fmt: skip
     _expect_value_error(lambda: distributed.head_to_seq(ones(1, 4, 1, 2, device=device), seq_len=1 + (rank == 0)),
                         "sum to", "must sum to S")  # fmt: skip
     _check_transpose(rank, world, device, [2] * world, 3, "float32")  # still usable afterwards
-    return 7
+    return 8
+
+
+def _exchange_copies(world, device):
+    """The torch copy ops that the sizes exchange runs, on any thread (gloo's all_gather ran two)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from tileflip import distributed
+
+    ctx = distributed._context(None, "transpose")
+    row = [1, 0, *range(7)]
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        table = distributed._exchange(ctx, row)
+    assert table == [row] * world, table
+    return [e.name for e in prof.events() if e.name in ("aten::copy_", "aten::clone", "aten::cat", "aten::_to_copy")]
 
 
 def scenario_exact(rank, world, device):
@@ -311,12 +364,66 @@ def scenario_exact(rank, world, device):
     ]:  # fmt: skip
         _check_ulysses(rank, world, device, 2, seqs, H, D, dtype, chunks, layout, seed=cases)
         cases += 1
+    # chunks="auto" (one chunk at these sizes) and more chunks than any rank has rows.
+    _check_transpose(rank, world, device, uneven, 6, "bfloat16", "auto", seed=cases)
+    _check_ulysses(rank, world, device, 2, seq, 2 * world, 3, "float32", "auto", seed=cases)
+    _check_ulysses(rank, world, device, 1, seq, world, 2, "int8", 7, seed=cases)
+    cases += 3
     # The torch backend (one copy per segment) gives the same bits.
     _check_transpose(rank, world, device, uneven, 7, "int16", 2, backend="torch", seed=cases)
     _check_ulysses(rank, world, device, 2, seq, 2 * world, 3, "bfloat16", 2, "reversed", seed=cases, backend="torch")
     cases += 2
     cases += _mismatches(rank, world, device)
+    assert _exchange_copies(world, device) == []
+    cases += 1
+    if device != "cpu":
+        cases += _gpu_cases(rank, world, device)
     return {"ok": True, "cases": cases}
+
+
+def _gpu_cases(rank, world, device):
+    """Enough work per kernel that the streams really overlap (a missing event shows as wrong bits), a
+    caller on a stream of its own, and the profile of whole calls: tileflip's kernels and NCCL's only."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    from tileflip import distributed
+
+    rows = [1024 + 64 * i for i in range(world)]
+    _check_transpose(rank, world, device, rows, 4097, "float32", 4, seed=1)
+    _check_ulysses(rank, world, device, 4, [512 + 8 * i for i in range(world)], 8 * world, 64, "bfloat16", 3, seed=2)
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        _check_transpose(rank, world, device, [2048] * world, 2048, "float32", 2, seed=3)
+        _check_ulysses(rank, world, device, 2, [256] * world, 4 * world, 128, "float16", "auto", seed=4)
+    torch.cuda.synchronize()
+    local = torch.ones(2048, 2048, device=device)
+    x = torch.ones(2, 256, 4 * world, 128, device=device, dtype=torch.bfloat16)
+    for call in (lambda: distributed.transpose(local, chunks=2), lambda: distributed.seq_to_head(x, chunks=2),
+                 lambda: distributed.head_to_seq(x, chunks=1)):  # fmt: skip
+        call()
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            call()
+            torch.cuda.synchronize()
+        kernels = {e.name for e in prof.events() if e.device_type == DeviceType.CUDA}
+        copies = [e.name for e in prof.events() if e.name in ("aten::copy_", "aten::clone", "aten::contiguous")]
+        assert not copies, copies
+        ours = ("transpose_2d_kernel", "transpose_naive_u", "transpose_tiled_u", "segments_kernel", "rows_kernel",
+                "permute_", "nccl")  # fmt: skip
+        assert all(k.startswith(ours) for k in kernels), kernels
+    return 7
+
+
+def scenario_single(rank, world, device):
+    from tileflip import distributed
+
+    assert world == 1
+    for chunks in (1, 3, "auto"):
+        _check_transpose(rank, world, device, [5], 7, "float32", chunks)
+        _check_ulysses(rank, world, device, 2, [4], 3, 2, "bfloat16", chunks)
+    assert distributed.transpose(torch.ones(0, 3, device=device)).shape == (3, 0)
+    return {"ok": True}
 
 
 def _fault_call(rank, world, device, chunks=1):
@@ -363,17 +470,19 @@ def _rank_main(scenario, rank, world, store, backend):
     if backend == "nccl":
         torch.cuda.set_device(rank)
         device = f"cuda:{rank}"
-    timeout = FAULT_TIMEOUT_S if scenario != "exact" else 60
+    timeout = 60 if scenario in ("exact", "single") else FAULT_TIMEOUT_S
     dist.init_process_group(backend, init_method=f"file://{store}", rank=rank, world_size=world,
                             timeout=datetime.timedelta(seconds=timeout))  # fmt: skip
     if scenario == "exact":
         report = scenario_exact(rank, world, device)
+    elif scenario == "single":
+        report = scenario_single(rank, world, device)
     elif scenario == "never-arrives":
         report = scenario_never_arrives(rank, world, device, store)
     else:
         report = scenario_peer_dies(rank, world, device, scenario)
     print("RESULT " + json.dumps({"ok": True, **report}), flush=True)
-    if scenario == "exact":
+    if scenario in ("exact", "single"):
         dist.destroy_process_group()
     else:
         os._exit(0)  # a group with a failed peer may block in its teardown

@@ -6,7 +6,7 @@ import sys
 import numpy as np
 import pytest
 
-from tileflip import plan
+from tileflip import plan, tuning
 
 
 class TestSeedFunctions:
@@ -145,3 +145,131 @@ def test_grouped_order_visits_every_tile_once(M, N, group_m):
     if group_m > 1 and grid.grid_m >= group_m:
         # consecutive programs go down a band of group_m tile rows before moving right
         assert [t[0] for t in tiles[:group_m]] == list(range(group_m))
+
+
+# ---------------------------------------------------------------------------------------------------
+# N-D permute planning (pure Python): kinds, tile axes, and the vector widths the tile kernel asserts
+# ---------------------------------------------------------------------------------------------------
+
+
+def _contiguous(shape):
+    strides, acc = [], 1
+    for s in reversed(shape):
+        strides.append(acc)
+        acc *= s
+    return tuple(reversed(strides))
+
+
+def _plan(shape, perm, element_size, strides=None):
+    return plan.plan_permute(tuple(shape), strides or _contiguous(shape), perm, element_size)
+
+
+def _decode(index, dims, sizes, strides):
+    off = np.zeros_like(index)
+    for k, d in enumerate(dims):
+        if k < len(dims) - 1:
+            off += (index % sizes[d]) * strides[d]
+            index = index // sizes[d]
+        else:
+            off += index * strides[d]
+    return off
+
+
+def _check_vectors(p, element_size):
+    """On full tiles, every group of VEC elements along the vector axis is contiguous and starts at a multiple
+    of VEC, and every offset along the other axis and of the batch is a multiple of VEC: what the kernel's
+    tl.multiple_of / tl.max_contiguous hints claim."""
+    go = tuning.permute_launch(p, element_size)
+    out_strides = p.out_strides
+    (block_b, block_a), (vec_load, vec_store) = go.blocks, go.vec
+    size_a = int(np.prod([p.sizes[d] for d in go.a_dims]))
+    size_b = int(np.prod([p.sizes[d] for d in go.b_dims])) if go.b_dims else 1
+    ra = np.arange((size_a // block_a) * block_a, dtype=np.int64)
+    rb = np.arange((size_b // block_b) * block_b, dtype=np.int64)
+    for vec, strides, along_a in ((vec_load, p.in_strides, True), (vec_store, out_strides, go.kept)):
+        assert vec & (vec - 1) == 0 and vec * element_size <= 16
+        if vec == 1:
+            continue
+        fast, slow = (ra, rb) if along_a else (rb, ra)
+        fast_dims, slow_dims = (go.a_dims, go.b_dims) if along_a else (go.b_dims, go.a_dims)
+        offs = _decode(fast, fast_dims, p.sizes, strides).reshape(-1, vec)
+        assert (offs[:, 0] % vec == 0).all()
+        assert (offs - offs[:, :1] == np.arange(vec)).all()
+        assert (_decode(slow, slow_dims, p.sizes, strides) % vec == 0).all()
+        assert all(strides[d] % vec == 0 for d in go.batch_dims)
+    return go
+
+
+def test_merge_dims_keeps_adjacent_runs():
+    assert plan.merge_dims((8, 32, 4096, 128), (16777216, 128, 4096, 1)) == ((8, 32, 4096, 128),
+                                                                             (16777216, 128, 4096, 1))
+    assert plan.merge_dims((64, 56, 56, 256), (802816, 56, 1, 3136)) == ((64, 3136, 256), (802816, 1, 3136))
+    assert plan.merge_dims((3, 1, 5), (5, 99, 1)) == ((15,), (1,))
+
+
+@pytest.mark.parametrize("shape,perm,dtype,kind", [
+    ((8, 4096, 32, 128), (0, 2, 1, 3), "bfloat16", "rows"),
+    ((8, 4096, 32, 128), (0, 3, 2, 1), "bfloat16", "tiles"),
+    ((8, 4096, 32, 128), (0, 2, 3, 1), "bfloat16", "tiles"),
+    ((64, 256, 56, 56), (0, 2, 3, 1), "float16", "tiles"),
+    ((64, 56, 56, 256), (0, 3, 1, 2), "float16", "tiles"),
+    ((60, 2816, 416), (1, 2, 0), "int8", "tiles"),  # 2-D after merging, but 60-byte rows: the tile kernel
+    ((176, 272, 1056), (2, 0, 1), "bfloat16", "transpose2d"),
+])  # fmt: skip
+def test_benchmark_plans_use_full_vectors(shape, perm, dtype, kind):
+    size = plan.element_size(dtype)
+    p = _plan(shape, perm, size)
+    assert p.kind == kind
+    if kind != "transpose2d":
+        go = _check_vectors(p, size)
+        assert go.vec[0] * size == 16
+
+
+def test_nchw_blocks_cover_all_channels():
+    # 256 channels = 2 x the 128-element cap: one program covers them, so its output (NHWC) is one 32 KiB run
+    go = tuning.permute_launch(_plan((64, 256, 56, 56), (0, 2, 3, 1), 2), 2)
+    assert go.blocks == (256, 64) and go.vec == (8, 8)
+    back = tuning.permute_launch(_plan((64, 56, 56, 256), (0, 3, 1, 2), 2), 2)
+    assert back.blocks == (64, 256) and back.vec == (8, 8)
+
+
+def _random_plans(count, seed=0):
+    import random
+
+    rng = random.Random(seed)
+    for _ in range(count):
+        rank = rng.randint(2, 8)
+        shape = [rng.choice([2, 3, 4, 5, 8, 12, 16, 24, 33, 56, 64]) for _ in range(rank)]
+        while int(np.prod(shape)) > 1 << 20:
+            shape[rng.randrange(rank)] = max(2, shape[rng.randrange(rank)] // 2)
+        perm = list(range(rank))
+        rng.shuffle(perm)
+        yield tuple(shape), tuple(perm), rng.choice([1, 2, 4, 8])
+
+
+def test_tile_axes_partition_the_dims_and_vectors_hold():
+    kinds = set()
+    for shape, perm, size in _random_plans(300):
+        p = _plan(shape, perm, size)
+        kinds.add(p.kind)
+        if p.kind not in ("rows", "tiles", "copy"):
+            continue
+        go = _check_vectors(p, size)
+        dims = go.a_dims + go.b_dims + go.batch_dims
+        assert sorted(dims) == list(range(len(p.sizes)))
+        assert 1 <= len(go.a_dims) <= tuning.MAX_AXIS_DIMS and len(go.b_dims) <= tuning.MAX_AXIS_DIMS
+        assert len(go.batch_dims) <= tuning.MAX_BATCH_DIMS
+        assert go.a_dims[0] == p.a and (go.kept or go.b_dims[0] == len(p.sizes) - 1)
+        assert go.programs <= plan.MAX_GRID_X
+    assert {"rows", "tiles", "transpose2d"} <= kinds
+
+
+def test_random_suite_plans():
+    from tileflip import bench
+
+    for case in bench.random_permute_cases(seed=0, count=40):
+        size = plan.element_size(case.dtype)
+        p = _plan(case.shape, case.perm, size)
+        assert p.kind in ("rows", "tiles", "transpose2d")  # never the per-element gather
+        if p.kind != "transpose2d":
+            _check_vectors(p, size)

@@ -288,3 +288,5 @@ def test_fast_path_reuses_the_compiled_kernel():
         tileflip.transpose(y, out, backend="triton")
         assert_bits_equal(out, y.t())
     assert triton_transpose.launches_compiled() == held
+    # Plain kernels (no scratch memory, no launch hooks) go through triton's C launcher directly.
+    assert triton_transpose.launches_direct() == held

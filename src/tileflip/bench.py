@@ -1,9 +1,10 @@
 """``tileflip bench``: tileflip against a same-run device copy and the peers, as long-form JSON.
 
-Every figure is a device-event timing with L2 flushed (``triton.testing.do_bench``), the median of its
-repetitions, with the 20th and 80th percentiles kept as spread. Each case is measured in rounds: in
-every round the device-to-device copy of the same byte count is timed first, then every op, so the
-copy and the ops are interleaved and the fraction of copy compares figures of one run.
+Every figure is a device-event timing with L2 flushed and the host's launch latency kept out
+(``tileflip.timing``), the median of its repetitions, with the 20th and 80th percentiles kept as
+spread. Each case is measured in rounds: in every round the device-to-device copy of the same byte
+count is timed first, then every op, so the copy and the ops are interleaved and the fraction of copy
+compares figures of one run. Host time per call is its own suite (``--suite host``).
 
 Bytes moved (the byte formula of every GB/s here): ``2 * numel * element_size`` for a transpose, a
 read of each element and a write of each element, the same as the copy of that many bytes.
@@ -128,12 +129,11 @@ def _meta():
 
 
 def _time(fn, quick: bool) -> tuple[float, float, float]:
-    """Median, 20th and 80th percentile of device time in ms (L2 flushed before each repetition)."""
-    from triton.testing import do_bench
+    """Median, 20th and 80th percentile of device time in ms (``tileflip.timing``: L2 flushed and the
+    host's launch latency hidden before each repetition)."""
+    from tileflip import timing
 
-    times = sorted(do_bench(fn, warmup=10 if quick else 25, rep=40 if quick else 100, return_mode="all"))
-    q = statistics.quantiles(times, n=5) if len(times) > 1 else [times[0]] * 4
-    return statistics.median(times), q[0], q[3]
+    return timing.summarize(timing.device_times(fn, warmup=10 if quick else 25, reps=40 if quick else 100))
 
 
 def _make_input(case: Case, device="cuda"):

@@ -7,19 +7,27 @@ Per case (>= 1 GiB per rank), in every round, each timed with CUDA events around
 of the repetitions on each rank, then the slowest rank's median, which is what a collective costs):
 
 * ``copy``: a device-to-device copy of the bytes one rank holds, the same-run yardstick;
-* ``all_to_all_single``: the bare collective of the same bytes with the same split sizes;
-* ``tileflip``: the distributed operation end to end (sizes exchange included), for each ``chunks``;
-* ``tileflip-pack`` and ``tileflip-unpack``: the two kernels of a ``chunks=1`` call, alone;
+* ``all_to_all_single``: the bare collective of the whole tensor (every block, the rank's own block
+  included, as a plain implementation sends it): the baseline of ``vs_bare``;
+* ``all_to_all_single-remote``: the collective tileflip runs, the same exchange with the own block's
+  split at 0 (``(P - 1) / P`` of the bytes), for reference;
+* ``tileflip``: the distributed operation end to end (sizes exchange included), for each ``chunks``
+  of ``CHUNKS`` and for ``"auto"`` (``chunks`` in the record is then what auto picked);
+* ``tileflip-pack``, ``tileflip-unpack`` and ``tileflip-own``: the three local passes of a ``chunks=1``
+  call alone: the pack of the blocks for the other ranks, the unpack of the blocks from them, and the
+  move of the own block from the input to the result (which a call runs under the collective);
 * ``deepspeed``: the DeepSpeed-style sequence, ``.contiguous()`` + the collective + ``.contiguous()``.
 
-Bytes and GB/s: a copy, a pack and an unpack read and write every byte, so their GB/s is
-``2 * bytes / time`` and ``fraction_of_copy`` compares it with the copy of the same round. A
-collective or an end-to-end call is given as ``bytes / time`` (one rank's data resharded per second)
-with ``vs_bare`` (time over the bare collective's) and ``vs_deepspeed``.
+Bytes and GB/s: a copy and each local pass read and write every byte it moves (``moved_bytes``), so
+their GB/s is ``2 * moved_bytes / time`` and ``fraction_of_copy`` compares it with the copy of the same
+round. A collective or an end-to-end call is given as ``bytes / time`` (one rank's data resharded per
+second) with ``vs_bare`` (time over the bare collective's) and ``vs_deepspeed``.
 
 Then every result is compared bit for bit with the same answer built by torch ops (``op`` "check"),
-and one call of each operation is profiled: the CUDA kernels it launched and the torch copy ops it ran
-(``op`` "profile"); rank 0 also writes a Chrome trace of one ``transpose`` call next to the JSON.
+and the tileflip path alone is profiled (``op`` "profile": the call and a device synchronize inside the
+profiler, nothing of the benchmark's own): the CUDA kernels it launched, the torch copy ops it ran with
+their input shapes, and whether anything but tileflip's kernels and NCCL's ran; rank 0 also writes a
+Chrome trace of one ``transpose`` call with ``chunks="auto"`` next to the JSON, which shows the streams.
 """
 
 from __future__ import annotations
@@ -33,7 +41,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-CHUNKS = (1, 2, 4, 8)
+CHUNKS = (1, 2, 4, 8, "auto")
 # Name prefixes of tileflip's kernels: the Triton ones, and the CUDA C++ transposes ``auto`` may pick.
 TILEFLIP_KERNELS = ("transpose_2d_kernel", "permute_rows_kernel", "permute_tiles_kernel", "permute_general_kernel",
                     "segments_kernel", "transpose_naive_u", "transpose_tiled_u")  # fmt: skip
@@ -51,7 +59,9 @@ class Case:
     run: dict = field(default_factory=dict)  # backend -> callable
     check: dict = field(default_factory=dict)  # label -> callable returning (got, expected)
     plan: object = None
-    bare: object = None
+    bare: object = None  # the collective of every block
+    remote: object = None  # the collective of the blocks that change rank (what tileflip runs)
+    auto: int = 0  # the chunks that "auto" picks
 
 
 # --------------------------------------------------------------------------------------------------
@@ -91,7 +101,7 @@ def transpose_case(P: int, me: int, rows: list, N: int, dtype, device: str) -> C
     es = local.element_size()
     case = Case("transpose", tuple(local.shape), str(dtype).removeprefix("torch."), local.numel() * es)
     case.plan = distributed.transpose_plan(P, me, local, rows, N, 1, "auto")
-    case.bare = _bare(case.plan)
+    _collectives(case, distributed.auto_chunks(max(rows) * N * es))
     expected = torch.cat([x[:, n_at : n_at + n[me]].t() for x in locals_], dim=1)
 
     def deepspeed():
@@ -119,7 +129,7 @@ def seq_to_head_case(P: int, me: int, B: int, seq: list, H: int, D: int, dtype, 
     x, h = xs[me], H // P
     case = Case("seq_to_head", tuple(x.shape), str(dtype).removeprefix("torch."), x.numel() * x.element_size())
     case.plan = distributed.seq_to_head_plan(P, me, x, seq, 1, "auto")
-    case.bare = _bare(case.plan)
+    _collectives(case, distributed.auto_chunks(max(seq) * B * H * D * x.element_size()))
     expected = torch.cat([t[:, :, me * h : (me + 1) * h] for t in xs], dim=1)
 
     def deepspeed():
@@ -149,7 +159,7 @@ def head_to_seq_case(P: int, me: int, B: int, seq: list, H: int, D: int, dtype, 
     del xs
     case = Case("head_to_seq", tuple(y.shape), str(dtype).removeprefix("torch."), y.numel() * y.element_size())
     case.plan = distributed.head_to_seq_plan(P, me, y, seq, 1, "auto")
-    case.bare = _bare(case.plan)
+    _collectives(case, distributed.auto_chunks(y.numel() * y.element_size()))
 
     def deepspeed():
         s = seq[me]
@@ -166,12 +176,24 @@ def head_to_seq_case(P: int, me: int, B: int, seq: list, H: int, D: int, dtype, 
     return case
 
 
-def _bare(plan):
-    """The bare collective of a chunks=1 plan: the same buffers, bytes and split sizes."""
+def _collectives(case: Case, auto: int) -> None:
+    """The two bare collectives of a chunks=1 plan: every block (own buffers of the whole tensor's bytes,
+    the plan's split sizes with the own block in), and the plan's own exchange (its buffers and splits)."""
+    import torch
     import torch.distributed as dist
 
-    send, recv, ins, outs = plan.bufs.carriers(plan.steps[0])
-    return lambda: dist.all_to_all_single(recv, send, outs, ins)
+    from tileflip import distributed
+
+    plan = case.plan
+    es = plan.out.element_size()
+    ins, outs = plan.full_in_splits, plan.full_out_splits
+    send = torch.empty(sum(ins) * es, dtype=torch.uint8, device=plan.out.device)
+    recv = torch.empty(sum(outs) * es, dtype=torch.uint8, device=plan.out.device)
+    full = distributed.carriers(send, recv, es, ins, outs)
+    mine = plan.bufs.carriers(plan.steps[0])
+    case.bare = lambda: dist.all_to_all_single(full[1], full[0], full[3], full[2])
+    case.remote = lambda: dist.all_to_all_single(mine[1], mine[0], mine[3], mine[2])
+    case.auto = auto
 
 
 # --------------------------------------------------------------------------------------------------
@@ -225,9 +247,9 @@ def measure_case(case: Case, meta: dict, rounds: int, reps: int, device: str, lo
 
     src = torch.empty(case.bytes, dtype=torch.uint8, device=device)
     dst = torch.empty_like(src)
-    step = case.plan.steps[0]
-    timed = {"copy": lambda: dst.copy_(src), "all_to_all_single": case.bare, "tileflip-pack": step.pack,
-             "tileflip-unpack": step.unpack, **case.run}  # fmt: skip
+    step, own = case.plan.steps[0], case.plan.own or (lambda: None)
+    timed = {"copy": lambda: dst.copy_(src), "all_to_all_single": case.bare, "all_to_all_single-remote": case.remote,
+             "tileflip-pack": step.pack, "tileflip-unpack": step.unpack, "tileflip-own": own, **case.run}  # fmt: skip
     records = []
     for r in range(rounds):
         row = {}
@@ -240,21 +262,34 @@ def measure_case(case: Case, meta: dict, rounds: int, reps: int, device: str, lo
     return records
 
 
+LOCAL = ("copy", "tileflip-pack", "tileflip-unpack", "tileflip-own")
+
+
+def _moved_bytes(case: Case) -> dict:
+    """Bytes each local pass reads (and writes) on this rank."""
+    plan = case.plan
+    return {"copy": case.bytes, "tileflip-pack": plan.bufs.send.numel(), "tileflip-unpack": plan.bufs.recv.numel(),
+            "tileflip-own": plan.own_numel * plan.out.element_size()}  # fmt: skip
+
+
 def _round_records(case: Case, meta: dict, round_: int, row: dict) -> list[dict]:
     copy_ms = row["copy"][0]
     copy_gbps = 2 * case.bytes / copy_ms / 1e6
     bare_ms, ds_ms = row["all_to_all_single"][0], row["deepspeed"][0]
+    moved = _moved_bytes(case)
     out = []
-    out_bytes = case.plan.out.numel() * case.plan.out.element_size()  # differs from case.bytes when uneven
     for name, (ms, ranks, host) in row.items():
         backend, _, chunks = name.partition(":")
-        local = name in ("copy", "tileflip-pack", "tileflip-unpack")
-        gbps = (2 if local else 1) * (out_bytes if name == "tileflip-unpack" else case.bytes) / ms / 1e6
+        local = name in LOCAL
+        gbps = (2 * moved[name] if local else case.bytes) / ms / 1e6
         rec = dict(meta, op=case.op, backend=backend, shape=list(case.shape), dtype=case.dtype, ms=ms, gbps=gbps,
                    copy_gbps=copy_gbps, fraction_of_copy=gbps / copy_gbps if local else None, round=round_,
                    ms_ranks=ranks, host_ms=host, bytes_per_rank=case.bytes)  # fmt: skip
+        if local:
+            rec["moved_bytes"] = moved[name]
         if chunks:
-            rec["chunks"] = int(chunks)
+            rec["chunks_arg"] = chunks if chunks == "auto" else int(chunks)
+            rec["chunks"] = case.auto if chunks == "auto" else int(chunks)
         if not local:
             rec["vs_bare"] = ms / bare_ms
             rec["vs_deepspeed"] = ms / ds_ms
@@ -263,31 +298,42 @@ def _round_records(case: Case, meta: dict, round_: int, row: dict) -> list[dict]
 
 
 def _median_of(records: list[dict], backend: str, key: str = "ms", chunks=None) -> float:
-    vals = [r[key] for r in records if r["backend"] == backend and r.get("chunks") == chunks]
-    return statistics.median(vals)
+    vals = [r[key] for r in records if r["backend"] == backend and r.get("chunks_arg") == chunks]
+    return statistics.median(vals) if vals else float("nan")
 
 
 def _summary_line(case: Case, records: list[dict]) -> str:
     parts = [f"copy {_median_of(records, 'copy', 'gbps'):.0f} GB/s",
              f"pack {_median_of(records, 'tileflip-pack', 'fraction_of_copy'):.0%} of copy",
              f"unpack {_median_of(records, 'tileflip-unpack', 'fraction_of_copy'):.0%} of copy",
+             f"own {_median_of(records, 'tileflip-own', 'fraction_of_copy'):.0%} of copy",
              f"bare {_median_of(records, 'all_to_all_single'):.3f} ms",
+             f"bare-remote {_median_of(records, 'all_to_all_single-remote'):.3f} ms",
              f"deepspeed {_median_of(records, 'deepspeed'):.3f} ms"]  # fmt: skip
-    parts += [f"chunks={k} {_median_of(records, 'tileflip', chunks=k):.3f} ms "
-              f"({_median_of(records, 'tileflip', 'vs_bare', chunks=k):.2f}x bare)" for k in CHUNKS]  # fmt: skip
+    parts += [f"chunks={k if k != 'auto' else f'auto={case.auto}'} {_median_of(records, 'tileflip', chunks=k):.3f} ms "
+              f"({_median_of(records, 'tileflip', 'vs_bare', chunks=k):.2f}x bare, "
+              f"host {_median_of(records, 'tileflip', 'host_ms', chunks=k):.2f} ms)" for k in CHUNKS]  # fmt: skip
     return f"{case.op} {case.shape} {case.dtype}: " + ", ".join(parts)
 
 
 def summary_records(case: Case, records: list[dict], meta: dict) -> dict:
     """The claims of the issue for one case, from the medians over rounds."""
-    best = min(CHUNKS, key=lambda k: _median_of(records, "tileflip", chunks=k))
+    fixed = [k for k in CHUNKS if k != "auto"]
+    best = min(fixed, key=lambda k: _median_of(records, "tileflip", chunks=k))
+    auto_vs_bare = _median_of(records, "tileflip", "vs_bare", chunks="auto")
     return dict(
         meta, op="summary", of=case.op, shape=list(case.shape), dtype=case.dtype,
         pack_fraction_of_copy=_median_of(records, "tileflip-pack", "fraction_of_copy"),
         unpack_fraction_of_copy=_median_of(records, "tileflip-unpack", "fraction_of_copy"),
+        own_fraction_of_copy=_median_of(records, "tileflip-own", "fraction_of_copy"),
+        remote_vs_bare=_median_of(records, "all_to_all_single-remote") / _median_of(records, "all_to_all_single"),
+        chunks1_vs_bare=_median_of(records, "tileflip", "vs_bare", chunks=1),
         chunks1_vs_deepspeed=_median_of(records, "tileflip", "vs_deepspeed", chunks=1),
         best_chunks=best, best_vs_bare=_median_of(records, "tileflip", "vs_bare", chunks=best),
         best_vs_deepspeed=_median_of(records, "tileflip", "vs_deepspeed", chunks=best),
+        auto_chunks=case.auto, auto_vs_bare=auto_vs_bare,
+        auto_vs_deepspeed=_median_of(records, "tileflip", "vs_deepspeed", chunks="auto"),
+        auto_within_1_3x_bare=auto_vs_bare <= 1.3,
     )  # fmt: skip
 
 
@@ -302,14 +348,21 @@ def check_case(case: Case, meta: dict) -> list[dict]:
         got, expected = fn()
         backend, _, chunks = name.partition(":")
         exact = all(_all_ranks(_same(got, expected)))
-        out.append(dict(meta, op="check", of=case.op, backend=backend, chunks=int(chunks) if chunks else None,
+        out.append(dict(meta, op="check", of=case.op, backend=backend, chunks=_chunks_arg(chunks),
                         shape=list(case.shape), dtype=case.dtype, exact=exact))  # fmt: skip
         del got
     return out
 
 
+def _chunks_arg(chunks: str):
+    return None if not chunks else chunks if chunks == "auto" else int(chunks)
+
+
 def profile_case(case: Case, meta: dict, name: str, trace: Path | None, device: str) -> dict:
-    """CUDA kernels and torch copy ops of one call (after warm-up)."""
+    """CUDA kernels and torch copy ops of one tileflip call (after warm-up): only the call and a device
+    synchronize run inside the profiler. A copy op is listed with its input shapes, and counted wherever
+    it ran (the caller's thread or a backend's: gloo's all_gather, which the sizes exchange no longer
+    uses, ran copies on its own thread)."""
     import torch
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
@@ -319,7 +372,7 @@ def profile_case(case: Case, meta: dict, name: str, trace: Path | None, device: 
     fn()
     sync()
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
-    with profile(activities=activities) as prof:
+    with profile(activities=activities, record_shapes=True) as prof:
         fn()
         sync()
     kernels: dict = {}
@@ -328,12 +381,13 @@ def profile_case(case: Case, meta: dict, name: str, trace: Path | None, device: 
         if e.device_type == DeviceType.CUDA:
             kernels[e.name] = kernels.get(e.name, 0) + 1
         elif e.name in TORCH_COPY_OPS:
-            copies[e.name] = copies.get(e.name, 0) + 1
+            key = f"{e.name} {e.input_shapes}"
+            copies[key] = copies.get(key, 0) + 1
     others = [k for k in kernels if not (k.startswith(TILEFLIP_KERNELS) or k.startswith("nccl"))]
     if trace is not None:
         prof.export_chrome_trace(str(trace))
     backend, _, chunks = name.partition(":")
-    return dict(meta, op="profile", of=case.op, backend=backend, chunks=int(chunks) if chunks else None,
+    return dict(meta, op="profile", of=case.op, backend=backend, chunks=_chunks_arg(chunks),
                 shape=list(case.shape), dtype=case.dtype, cuda_kernels=kernels, torch_copy_ops=copies,
                 other_kernels=others, only_tileflip_and_nccl=not others and not copies,
                 trace=str(trace) if trace else None)  # fmt: skip
@@ -417,8 +471,8 @@ def main(argv=None) -> int:
         records += [*timed, summary, *checks]
         log(f"  exact: {all(r['exact'] for r in checks)}")
         first = case.op == "transpose" and case.dtype == "float32"
-        for name in dict.fromkeys(("tileflip:1", f"tileflip:{summary['best_chunks']}", "deepspeed")):
-            trace = out_path.with_suffix(".trace.json") if (first and me == 0 and name == "tileflip:1") else None
+        for name in dict.fromkeys(("tileflip:1", "tileflip:auto", f"tileflip:{summary['best_chunks']}")):
+            trace = out_path.with_suffix(".trace.json") if (first and me == 0 and name == "tileflip:auto") else None
             prof = profile_case(case, meta, name, trace, device)
             records.append(prof)
             log(f"  profile {name}: kernels {sorted(prof['cuda_kernels'])}; torch copies {prof['torch_copy_ops']}")

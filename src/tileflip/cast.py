@@ -10,8 +10,10 @@ The conversion rule, exact on every input: ``y`` holds the bits torch gives for
 ``scale`` is first rounded to fp32, as torch rounds it). So finite values above fmax and +-inf
 saturate to +-fmax (448 for e4m3fn, 57344 for e5m2), everything else rounds to nearest even, fp8
 subnormals included, and -0.0 stays -0.0. NaN gives NaN (byte 0x7f with x's sign bit; only
-"is NaN" is promised). The kernel does the rounding in integer bit arithmetic (see
-``tileflip.kernels.triton_cast_transpose``), so Triton's interpreter and the GPU agree bit for bit.
+"is NaN" is promised). On GPUs of compute capability 8.9 and later the kernel rounds with the
+hardware's ``cvt.rn.satfinite`` (two values per instruction, which keeps it memory-bound); in Triton's
+interpreter and on older GPUs with integer bit arithmetic. Both give exactly the bits above (see
+``tileflip.kernels.triton_cast_transpose``; the GPU tests run both against torch).
 
 ``amax`` is ``x.abs().amax().float()`` of the unscaled x, exactly: NaN if x holds a NaN (as
 ``torch.amax``), inf if it holds an inf, 0.0 when x is all zeros, and 0.0 for an empty x (where

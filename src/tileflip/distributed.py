@@ -2,33 +2,60 @@
 
 Once a tensor is split over GPUs, a transpose becomes an all-to-all. ``torch.distributed`` moves the
 data (NCCL on GPUs, gloo on CPUs); tileflip packs before the collective and unpacks after it, one pass
-each, with its own kernels:
+each, with its own kernels, and moves the block a rank keeps for itself straight to its place:
 
 * ``transpose(local, group)``: the global M x N matrix is split by rows over the group, unevenly if
   need be (each rank passes only its own rows; the row counts are exchanged). The result is the
   global N x M transpose split by rows as ``torch.tensor_split(torch.arange(N), P)`` splits them.
-  Pack: ``tileflip.transpose`` of the local rows, whose row ranges are exactly the per-destination
-  blocks. Unpack: the blocks received, one (n_me x m_i) per source, placed at their columns of the
-  (n_me x M) result by the segment kernel of ``tileflip.kernels.triton_pack``.
+  Pack: ``tileflip.transpose`` of the local rows' columns bound for the other ranks (one launch, two
+  for a rank in the middle), whose row ranges are exactly the per-destination blocks. Unpack: the
+  blocks received, one (n_me x m_i) per source, placed at their columns of the (n_me x M) result by
+  the segment kernel of ``tileflip.kernels.triton_pack``. Own block: the Triton transpose kernel
+  writes the local rows' own columns transposed straight into their columns of the result.
 * ``seq_to_head(x, group)``: DeepSpeed-Ulysses resharding of (B, S/P, H, D) to (B, S, H/P, D).
-  Pack: ``tileflip.permute`` of x seen as (B, s, P, H/P, D) to (P, B, s, H/P, D). Unpack: the segment
-  kernel places each source's (B, s_i, H/P, D) block at its sequence offset (shards may be uneven).
-* ``head_to_seq(x, group, seq_len=...)``: the inverse. Pack: the segment kernel cuts each
-  destination's sequence range out of x. Unpack: the segment kernel interleaves the head groups.
+  Pack: the segment kernel cuts the other ranks' head groups out of x, one (B, s, H/P, D) block each.
+  Unpack: the segment kernel places each source's (B, s_i, H/P, D) block at its sequence offset
+  (shards may be uneven). Own block: ``triton_pack.copy_rows`` from x to the result.
+* ``head_to_seq(x, group, seq_len=...)``: the inverse. Pack: the segment kernel cuts each other
+  rank's sequence range out of x. Unpack: the segment kernel interleaves the head groups. Own block:
+  ``copy_rows``.
 
-Every call starts with one small ``all_gather`` of each rank's sizes and dtype over a CPU (gloo)
-channel: the group itself when it has a CPU backend, otherwise a gloo group over the same ranks created
-on first use. It gives every rank the split sizes, and it lets every rank raise the same ``ValueError``
-before any data moves when the ranks disagree (columns, batch, heads, dtype, operation, ``chunks``) or
-when one of them passed arguments that its own checks refused.
+So the collective carries only the (P - 1) / P of the data that changes rank: each all-to-all gives the
+rank's own block a split size of 0. (A bare ``all_to_all_single`` of the whole tensor, the baseline of
+the benchmark, carries all of it, the own block through NCCL's local copy.)
+
+Every call starts with one small exchange of each rank's sizes and dtype over a CPU (gloo) channel
+(an ``all_reduce`` of a table in which each rank filled its own row: no copy ops): the group itself
+when it has a CPU backend, otherwise a gloo group over the same ranks created on first use. It gives
+every rank the split sizes, and it lets every rank raise the same ``ValueError`` before any data moves
+when the ranks disagree (columns, batch, heads, dtype, operation, ``chunks``) or when one of them passed
+arguments that its own checks refused.
 
 The collective moves bytes: each buffer travels as int64, int32 or uint8 (the widest dividing every
 split), so every dtype tileflip carries crosses every backend, including those gloo refuses (float8,
 int16, uint16, uint32, uint64: "Invalid scalar type").
 
-``chunks=K`` cuts the work into K all-to-alls. On CUDA the packing of chunk k+1 runs on a side stream
-while the collective of chunk k is in flight (``async_op=True``), and the unpacking of chunk k while
-the collective of chunk k+1 is; results are the same bits for every K.
+Chunks and streams. ``chunks=K`` cuts each rank's rows (transpose) or sequence shard into K pieces and
+moves them with K all-to-alls; ``chunks="auto"`` (the default) picks K from the largest rank's bytes:
+one chunk per ``AUTO_CHUNK_BYTES`` (128 MiB), at most ``AUTO_MAX_CHUNKS`` (4). The pieces the first
+pack and the last unpack handle are on the critical path, 1/K of the work each, while every chunk
+costs a collective's fixed latency and host time (a pack launch, the collective's enqueue, an unpack
+launch, two events and stream switches: of the order of 0.1 ms), and the host must stay ahead of the
+GPU; 128 MiB chunks keep each collective near its full bandwidth. Results are the same bits
+for every K. On CUDA a call uses three streams, ordered by events only (no host synchronization):
+
+* a side stream (normal priority) runs pack 0, pack 1, ..., pack K-1, then the own block's move;
+* a communication stream of high priority runs all-to-all k once pack k is done (a synchronous
+  collective runs on the current stream, and the call makes this stream current around it); its
+  priority lets NCCL's kernel take SMs ahead of a pack or an unpack that runs beside it;
+* the caller's stream runs unpack k once all-to-all k is done, then waits for the own block.
+
+So pack k+1 and the own block's move run under all-to-all k, and unpack k under all-to-all k+1; only
+pack 0 and unpack K-1 are outside the collectives. The side stream first waits for the caller's stream
+(the input, the new buffers), and the caller's stream ends after everything: what follows the call on
+it sees the whole result, and the buffers are freed in its order. The host enqueues pack k+1 before
+all-to-all k, so the overlap holds even where each collective blocks the host (NCCL blocking wait).
+On CPU the same steps run one after the other in that host order.
 
 Faults: a collective that fails (a peer that raised or exited, one that never arrived and let the
 group's timeout pass) raises ``DistributedError`` naming the operation, the step and the rank, with
@@ -59,7 +86,7 @@ import torch.distributed as dist
 from tileflip import dtypes, ops, plan
 
 if TYPE_CHECKING:
-    from tileflip.kernels.triton_pack import Segments
+    from tileflip.kernels.triton_pack import Rows, Segments
 
 __all__ = ["DistributedError", "head_to_seq", "seq_to_head", "transpose"]
 
@@ -77,13 +104,16 @@ class DistributedError(RuntimeError):
 _OPS = ("transpose", "seq_to_head", "head_to_seq")
 _DTYPE_NAMES = sorted(str(d).removeprefix("torch.") for d in dtypes.SUPPORTED)
 # One metadata row per rank: operation, status (1 = its own checks refused its arguments), dtype code,
-# chunks, four sizes and one extra value; the same length for every operation, so that ranks calling
-# different operations still meet in one well-formed all_gather and can be told so.
+# chunks (0 = "auto"), four sizes and one extra value; the same length for every operation, so that ranks
+# calling different operations still meet in one well-formed exchange and can be told so.
 OP, STATUS, DTYPE, CHUNKS, D0, D1, D2, D3, EXTRA = range(9)
 _META_LEN = 9
 
+AUTO_CHUNK_BYTES = 128 << 20
+AUTO_MAX_CHUNKS = 4
+
 _side_groups: dict = {}
-_side_streams: dict = {}
+_streams: dict = {}
 
 
 @dataclass(frozen=True)
@@ -143,11 +173,12 @@ def _guard(ctx: _Ctx, step: str, fn: Callable):
 
 
 def _exchange(ctx: _Ctx, row: list) -> list:
-    """All ranks' metadata rows, in group rank order."""
-    mine = torch.tensor(row, dtype=torch.int64)
-    rows = [torch.empty_like(mine) for _ in range(ctx.size)]
-    _guard(ctx, "sizes exchange (all_gather)", lambda: dist.all_gather(rows, mine, group=ctx.meta))
-    return [r.tolist() for r in rows]
+    """All ranks' metadata rows, in group rank order: the sum over ranks of a table that is zero but for
+    each rank's own row (an all_reduce works in place; gloo's all_gather copies into its outputs)."""
+    zeros = [0] * len(row)
+    table = torch.tensor([row if r == ctx.rank else zeros for r in range(ctx.size)], dtype=torch.int64)
+    _guard(ctx, "sizes exchange (all_reduce)", lambda: dist.all_reduce(table, group=ctx.meta))
+    return table.tolist()
 
 
 def _ranks_by_value(table: list, field: int) -> dict:
@@ -187,7 +218,7 @@ def _sync_meta(ctx: _Ctx, check: Callable[[], list]) -> list:
             "arguments (the error raised there says why); no data was moved"
         )
     _agree(ctx, table, DTYPE, "the dtype", lambda v: f"torch.{_DTYPE_NAMES[v]}")
-    _agree(ctx, table, CHUNKS, "chunks")
+    _agree(ctx, table, CHUNKS, "chunks", lambda v: repr(v or "auto"))
     return table
 
 
@@ -195,15 +226,25 @@ def _check_common(ctx: _Ctx, x, arg: str, ndim: int, chunks, backend) -> None:
     ops.check_input(x, ndim=ndim, arg=arg)
     if x.device.type not in ctx.devices:
         raise ValueError(f"{arg} is on {x.device}, but the group's backend ({ctx.config}) does not carry it")
-    if type(chunks) is not int or chunks < 1:
-        raise ValueError(f"chunks must be a positive int, got {chunks!r}")
+    if chunks != "auto" and (type(chunks) is not int or chunks < 1):
+        raise ValueError(f"chunks must be a positive int or 'auto', got {chunks!r}")
     if not isinstance(backend, str) or backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
     ops.resolve_backend(x, backend)
 
 
-def _meta_row(x, chunks: int, sizes: tuple, extra: int = 0) -> list:
-    return [_DTYPE_NAMES.index(str(x.dtype).removeprefix("torch.")), chunks, *sizes, extra]
+def _meta_row(x, chunks, sizes: tuple, extra: int = 0) -> list:
+    return [_DTYPE_NAMES.index(str(x.dtype).removeprefix("torch.")), 0 if chunks == "auto" else chunks, *sizes, extra]
+
+
+def auto_chunks(largest_rank_bytes: int) -> int:
+    """``chunks="auto"``: one chunk per AUTO_CHUNK_BYTES of the largest rank's data, 1 to AUTO_MAX_CHUNKS.
+    Computed from exchanged sizes only, so every rank picks the same."""
+    return max(1, min(AUTO_MAX_CHUNKS, largest_rank_bytes // AUTO_CHUNK_BYTES))
+
+
+def _chunks(table: list, largest_rank_bytes: int) -> int:
+    return table[0][CHUNKS] or auto_chunks(largest_rank_bytes)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -238,8 +279,8 @@ def _chunk_ranges(total: int, chunks: int) -> list:
 
 @dataclass
 class Step:
-    """One all-to-all: splits in elements of the data's dtype, the byte ranges of the two buffers that
-    it uses, and the pack before it and unpack after it."""
+    """One all-to-all: splits in elements of the data's dtype (the rank's own split is 0), the element
+    offsets of its regions in the two buffers, and the pack before it and unpack after it."""
 
     in_splits: list
     out_splits: list
@@ -264,72 +305,105 @@ class Buffers:
     def carriers(self, step: Step):
         """(send, recv, in_splits, out_splits) for the collective, in the widest carrier type that divides
         every split and offset: any dtype crosses any backend as these integers."""
-        counts = [*step.in_splits, *step.out_splits, step.send_at, step.recv_at]
-        width = next(w for w in (8, 4, 1) if all(c * self.es % w == 0 for c in counts))
-        carrier = {8: torch.int64, 4: torch.int32, 1: torch.uint8}[width]
-
-        def region(buf, at, splits):
-            return buf[at * self.es : (at + sum(splits)) * self.es].view(carrier)
-
-        return (region(self.send, step.send_at, step.in_splits), region(self.recv, step.recv_at, step.out_splits),
-                [s * self.es // width for s in step.in_splits],
-                [s * self.es // width for s in step.out_splits])  # fmt: skip
+        return carriers(self.send, self.recv, self.es, step.in_splits, step.out_splits, step.send_at, step.recv_at)
 
 
-def _all_to_all(ctx: _Ctx, bufs: Buffers, step: Step, index: int, async_op: bool):
+def carriers(send, recv, es: int, in_splits, out_splits, send_at: int = 0, recv_at: int = 0):
+    """The byte buffers ``send`` and ``recv``'s regions at element offsets ``send_at`` and ``recv_at`` (of
+    ``es`` bytes each), viewed as int64, int32 or uint8, with the splits counted in that type."""
+    counts = [*in_splits, *out_splits, send_at, recv_at]
+    width = next(w for w in (8, 4, 1) if all(c * es % w == 0 for c in counts))
+    carrier = {8: torch.int64, 4: torch.int32, 1: torch.uint8}[width]
+
+    def region(buf, at, splits):
+        return buf[at * es : (at + sum(splits)) * es].view(carrier)
+
+    return (region(send, send_at, in_splits), region(recv, recv_at, out_splits),
+            [s * es // width for s in in_splits], [s * es // width for s in out_splits])  # fmt: skip
+
+
+def _all_to_all(ctx: _Ctx, bufs: Buffers, step: Step, index: int) -> None:
     send, recv, ins, outs = bufs.carriers(step)
-    return _guard(
+    _guard(
         ctx, f"all_to_all_single (chunk {index})",
-        lambda: dist.all_to_all_single(recv, send, outs, ins, group=ctx.group, async_op=async_op),
+        lambda: dist.all_to_all_single(recv, send, outs, ins, group=ctx.group),
     )  # fmt: skip
 
 
-def _side_stream(device):
-    if device not in _side_streams:
-        _side_streams[device] = torch.cuda.Stream(device)
-    return _side_streams[device]
+def _side_streams(device):
+    """(side stream, communication stream of high priority) of a device, created once."""
+    if device not in _streams:
+        _streams[device] = (torch.cuda.Stream(device), torch.cuda.Stream(device, priority=-1))
+    return _streams[device]
 
 
 @dataclass
 class Plan:
-    """Everything one call does once the sizes are known: its result, its buffers and its steps (the
-    benchmark times a step's ``pack`` and ``unpack`` alone from here)."""
+    """Everything one call does once the sizes are known: its result, its buffers, its steps and the move
+    of the rank's own block (the benchmark times these alone from here). ``full_in_splits`` and
+    ``full_out_splits`` are the element splits of the same exchange with the own block included, what
+    a bare ``all_to_all_single`` of the whole tensor moves."""
 
     out: torch.Tensor
     bufs: Buffers
     steps: list
+    own: Callable | None
+    own_numel: int
+    full_in_splits: list
+    full_out_splits: list
 
 
 def _execute(ctx: _Ctx, plan: Plan) -> torch.Tensor:
     device = plan.out.device
     if device.type == "cuda" and device.index != torch.cuda.current_device():
         with torch.cuda.device(device):  # the kernels launch on the current device's stream
-            _run(ctx, plan.bufs, plan.steps, device)
+            _run(ctx, plan, device)
     else:
-        _run(ctx, plan.bufs, plan.steps, device)
+        _run(ctx, plan, device)
     return plan.out
 
 
-def _run(ctx: _Ctx, bufs: Buffers, steps: list, device) -> None:
-    """Pack, exchange and unpack every step; with several steps on CUDA, packs run on a side stream so
-    that each overlaps the previous step's collective."""
-    overlap = device.type == "cuda" and len(steps) > 1
-    if overlap:
-        main, side = torch.cuda.current_stream(device), _side_stream(device)
-        side.wait_stream(main)  # the input and the buffers were produced on the main stream
-    works = []
+def _run(ctx: _Ctx, plan: Plan, device) -> None:
+    """Pack, exchange and unpack every step and move the own block. The host order is the same on every
+    device: pack 0, then for each step i pack i + 1 (after the last, the own block), collective i,
+    unpack i. On CUDA the side jobs (packs, own block) run on the side stream, the collectives on the
+    communication stream, the unpacks on the caller's, ordered by events (see the module's docstring)."""
+    steps, own = plan.steps, plan.own
+    cuda = device.type == "cuda"
+    if cuda:
+        main = torch.cuda.current_stream(device)
+        side, comm = _side_streams(device)
+        side.wait_stream(main)  # the input and the buffers were produced on the caller's stream
+        moved = torch.cuda.Event()
+    done = []  # an event per side job run, in order
+
+    def side_job(j: int) -> None:
+        job = steps[j].pack if j < len(steps) else own
+        if job is None:
+            return
+        if not cuda:
+            job()
+            return
+        with torch.cuda.stream(side):
+            job()
+            event = torch.cuda.Event()
+            event.record(side)
+        done.append(event)
+
+    side_job(0)
     for i, step in enumerate(steps):
-        if overlap:
-            with torch.cuda.stream(side):
-                step.pack()
-            main.wait_stream(side)  # the collective is ordered after the main stream
+        side_job(i + 1)  # queued before collective i, which blocks the host under NCCL blocking wait
+        if cuda:
+            comm.wait_event(done[i])
+            with torch.cuda.stream(comm):  # a synchronous collective runs on the current stream
+                _all_to_all(ctx, plan.bufs, step, i)
+                moved.record(comm)
+            main.wait_event(moved)  # takes this record: the event is recorded again for the next step
         else:
-            step.pack()
-        works.append(_all_to_all(ctx, bufs, step, i, async_op=len(steps) > 1))
-    for i, (step, work) in enumerate(zip(steps, works)):
-        if work is not None:
-            _guard(ctx, f"all_to_all_single (chunk {i}) wait", work.wait)
+            _all_to_all(ctx, plan.bufs, step, i)
         step.unpack()
+    if cuda and own is not None:
+        main.wait_event(done[-1])
 
 
 def _pack_kernels():
@@ -346,9 +420,30 @@ def _segments(backend: str, blocked, interleaved, seg: Segments, to_blocks: bool
         _pack_kernels().launch(blocked, interleaved, seg, to_blocks=to_blocks)
 
 
+def _rows(backend: str, dst, src, spec: Rows) -> None:
+    if backend == "torch":
+        _pack_kernels().reference_rows(dst, src, spec)
+    else:
+        _pack_kernels().launch_rows(dst, src, spec)
+
+
 def _kernel_backend(x, backend: str) -> str:
-    """``triton`` or ``torch`` for the segment kernel (ops.resolve_backend's choice, in its terms)."""
+    """``triton`` or ``torch`` for tileflip's kernels here (ops.resolve_backend's choice, in its terms)."""
     return "torch" if ops.resolve_backend(x, backend) == "torch" else "triton"
+
+
+def _at(t: torch.Tensor, offset: int) -> torch.Tensor:
+    """A one-element view of t's storage ``offset`` elements past t's first element: a kernel's origin."""
+    return t.as_strided((1,), (1,), t.storage_offset() + offset)
+
+
+def _without(values: list, me: int) -> list:
+    return [v for i, v in enumerate(values) if i != me]
+
+
+def _own_splits(values: list, me: int) -> list:
+    """The splits of one all-to-all with the rank's own block left out (split size 0)."""
+    return [0 if i == me else v for i, v in enumerate(values)]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -356,7 +451,7 @@ def _kernel_backend(x, backend: str) -> str:
 # --------------------------------------------------------------------------------------------------
 
 
-def transpose(local: torch.Tensor, group=None, *, chunks: int = 1, backend: str = "auto") -> torch.Tensor:
+def transpose(local: torch.Tensor, group=None, *, chunks="auto", backend: str = "auto") -> torch.Tensor:
     """The rows of the global transpose that this rank owns, as a new contiguous (n_me, M) tensor.
 
     ``local`` holds this rank's rows of the global M x N matrix (any count, any strides; N and the
@@ -364,7 +459,8 @@ def transpose(local: torch.Tensor, group=None, *, chunks: int = 1, backend: str 
     N x M transpose, where ``n_j`` and ``o_j`` are ``torch.tensor_split(torch.arange(N), P)``'s: the
     first ``N % P`` ranks get one row more. A collective call: every rank of ``group`` must call it.
     ``backend`` picks the local kernels (``"auto"``, ``"triton"`` or ``"torch"``, as for
-    ``tileflip.transpose``); ``chunks`` cuts the exchange into that many pipelined all-to-alls.
+    ``tileflip.transpose``); ``chunks`` (a positive int or ``"auto"``) cuts the exchange into that many
+    pipelined all-to-alls.
     """
     ctx = _context(group, "transpose")
 
@@ -374,39 +470,48 @@ def transpose(local: torch.Tensor, group=None, *, chunks: int = 1, backend: str 
 
     table = _sync_meta(ctx, check)
     _agree(ctx, table, D1, "the number of columns of local (N)")
-    rows = [row[D0] for row in table]
-    return _execute(ctx, transpose_plan(ctx.size, ctx.rank, local, rows, table[0][D1], chunks, backend))
+    rows, N = [row[D0] for row in table], table[0][D1]
+    k = _chunks(table, max(rows) * N * local.element_size())
+    return _execute(ctx, transpose_plan(ctx.size, ctx.rank, local, rows, N, k, backend))
 
 
 def transpose_plan(P: int, me: int, local, rows: list, N: int, chunks: int, backend: str) -> Plan:
     """Rank ``me``'s part of ``transpose`` once every rank's row count (``rows``) is known."""
     M = sum(rows)
     n = split_sizes(N, P)
-    row_at = _offsets(rows)
+    n_at, row_at = _offsets(n), _offsets(rows)
     out = torch.empty((n[me], M), dtype=local.dtype, device=local.device)
-    bufs = Buffers(N * rows[me], n[me] * M, local.dtype, local.device)
+    bufs = Buffers((N - n[me]) * rows[me], n[me] * (M - rows[me]), local.dtype, local.device)
     kernel = _kernel_backend(local, backend)
+    # The columns bound for the other ranks: those before this rank's and those after, in rank order.
+    spans = [(c0, c1) for c0, c1 in ((0, n_at[me]), (n_at[me] + n[me], N)) if c1 > c0]
     pieces = [_chunk_ranges(m, chunks) for m in rows]  # pieces[i][c]: (offset, size) of source i's chunk c
     steps, send_at, recv_at = [], 0, 0
-    for c in range(chunks):
+    for c in range(chunks if P > 1 else 0):
         (a, m_c), got = pieces[me][c], [pieces[i][c] for i in range(P)]
+        out_splits = _own_splits([n[me] * m for _, m in got], me)
         steps.append(Step(
-            in_splits=[n_j * m_c for n_j in n], out_splits=[n[me] * m for _, m in got],
+            in_splits=_own_splits([n_j * m_c for n_j in n], me), out_splits=out_splits,
             send_at=send_at, recv_at=recv_at,
-            pack=_transpose_pack(local, bufs, a, m_c, send_at, N, backend),
-            unpack=_transpose_unpack(bufs, out, recv_at, got, row_at, kernel),
+            pack=_transpose_pack(local, bufs, a, m_c, send_at, spans, backend),
+            unpack=_transpose_unpack(bufs, out, recv_at, _without(got, me), _without(row_at, me), kernel),
         ))  # fmt: skip
-        send_at += N * m_c
-        recv_at += n[me] * sum(m for _, m in got)
-    return Plan(out, bufs, steps)
+        send_at += (N - n[me]) * m_c
+        recv_at += sum(out_splits)
+    own = _transpose_own(local, out, n_at[me], n[me], row_at[me], backend) if n[me] and rows[me] else None
+    return Plan(out, bufs, steps, own, n[me] * rows[me], [n_j * rows[me] for n_j in n], [n[me] * m for m in rows])
 
 
-def _transpose_pack(local, bufs: Buffers, a: int, m_c: int, at: int, N: int, backend: str):
-    # The transpose of the local rows is N x m_c: its row ranges are the blocks for each destination,
-    # in destination order, so it is the send buffer as it stands.
+def _transpose_pack(local, bufs: Buffers, a: int, m_c: int, at: int, spans: list, backend: str):
+    # The transpose of the local rows' columns [c0, c1) is (c1 - c0) x m_c: its row ranges are the blocks
+    # for each destination in that span, in destination order, so it is the send region as it stands.
     def pack():
         if m_c:
-            ops.transpose(local[a : a + m_c], bufs.typed(bufs.send, at, N * m_c).view(N, m_c), backend=backend)
+            offset = at
+            for c0, c1 in spans:
+                dst = bufs.typed(bufs.send, offset, (c1 - c0) * m_c).view(c1 - c0, m_c)
+                ops.transpose(local[a : a + m_c, c0:c1], dst, backend=backend)
+                offset += (c1 - c0) * m_c
 
     return pack
 
@@ -416,7 +521,7 @@ def _transpose_unpack(bufs: Buffers, out, at: int, got: list, row_at: list, kern
     n_me, M = out.shape
     seg = _pack_kernels().Segments(
         rows=n_me, inner_rows=n_me, stride_outer=0, stride_inner=M,
-        starts=tuple(row_at[i] + off for i, (off, _) in enumerate(got)), widths=tuple(m for _, m in got),
+        starts=tuple(r + off for r, (off, _) in zip(row_at, got)), widths=tuple(m for _, m in got),
     )  # fmt: skip
 
     def unpack():
@@ -425,18 +530,32 @@ def _transpose_unpack(bufs: Buffers, out, at: int, got: list, row_at: list, kern
     return unpack
 
 
+def _transpose_own(local, out, col: int, n_me: int, row: int, backend: str):
+    # The own block, local[:, col : col + n_me] transposed, is columns [row, row + m_me) of out: the 2-D
+    # transpose kernel takes the output's row stride, so it writes there directly (no contiguous staging).
+    src = local[:, col : col + n_me]
+    dst = out[:, row : row + local.shape[0]]
+    chosen = "torch" if ops.resolve_backend(local, backend) == "torch" else "triton"
+
+    def own():
+        ops._run(src, dst, chosen)
+
+    return own
+
+
 # --------------------------------------------------------------------------------------------------
 # seq_to_head and head_to_seq
 # --------------------------------------------------------------------------------------------------
 
 
-def seq_to_head(x: torch.Tensor, group=None, *, chunks: int = 1, backend: str = "auto") -> torch.Tensor:
+def seq_to_head(x: torch.Tensor, group=None, *, chunks="auto", backend: str = "auto") -> torch.Tensor:
     """Ulysses resharding: this rank's sequence shard of every head, (B, s_r, H, D), to the whole
     sequence of its head group, a new contiguous (B, S, H/P, D) tensor.
 
     Rank j receives heads ``[j * H/P, (j + 1) * H/P)``; the sequence is the ranks' shards in rank order
     (S is their sum; shards may be uneven). B, H, D and the dtype must agree across ranks and H must be
-    divisible by the group's size. A collective call; ``chunks`` and ``backend`` as for ``transpose``.
+    divisible by the group's size. An x whose (H, D) row is not one unit-stride run costs one extra
+    local pass. A collective call; ``chunks`` and ``backend`` as for ``transpose``.
     """
     ctx = _context(group, "seq_to_head")
 
@@ -453,46 +572,62 @@ def seq_to_head(x: torch.Tensor, group=None, *, chunks: int = 1, backend: str = 
             f"tileflip.distributed.seq_to_head: x has H={H} heads, which the group's {ctx.size} ranks cannot share "
             f"evenly; H must be divisible by {ctx.size}"
         )
-    return _execute(ctx, seq_to_head_plan(ctx.size, ctx.rank, x, [row[D1] for row in table], chunks, backend))
+    seq = [row[D1] for row in table]
+    k = _chunks(table, max(seq) * x[:, :1].numel() * x.element_size())
+    return _execute(ctx, seq_to_head_plan(ctx.size, ctx.rank, x, seq, k, backend))
+
+
+def _dense(x, first: int) -> bool:
+    """True when x's dimensions from ``first`` on form one unit-stride run (what the kernels read as a row)."""
+    sizes, strides = plan.merge_dims(tuple(x.shape[first:]), tuple(x.stride()[first:]))
+    return len(sizes) == 0 or (len(sizes) == 1 and strides[0] == 1)
 
 
 def seq_to_head_plan(P: int, me: int, x, seq: list, chunks: int, backend: str) -> Plan:
     """Rank ``me``'s part of ``seq_to_head`` once every rank's shard length (``seq``) is known."""
-    B, _, H, D = x.shape
+    if not _dense(x, 2):
+        x = ops.permute(x, (0, 1, 2, 3), backend=backend)
+    B, s_me, H, D = x.shape
     h = H // P
     S, hd = sum(seq), h * D
     out = torch.empty((B, S, h, D), dtype=x.dtype, device=x.device)
-    bufs = Buffers(x.numel(), out.numel(), x.dtype, x.device)
+    bufs = Buffers(B * s_me * hd * (P - 1), B * (S - s_me) * hd, x.dtype, x.device)
     kernel = _kernel_backend(x, backend)
     seq_at = _offsets(seq)
     pieces = [_chunk_ranges(s, chunks) for s in seq]
+    others = _without(list(range(P)), me)
     steps, send_at, recv_at = [], 0, 0
-    for c in range(chunks):
+    for c in range(chunks if P > 1 else 0):
         (a, s_c), got = pieces[me][c], [pieces[i][c] for i in range(P)]
+        # Pack: rows (b, s) of x's chunk, H * D values each; destination j's heads are the segment
+        # [j * hd, (j + 1) * hd). Unpack: source i's (B, s_ic, h, D) block is, for each b, one run of
+        # s_ic * hd values of out at sequence offset seq_at[i] + offset_ic.
+        pack = _pack_kernels().Segments(
+            rows=B * s_c, inner_rows=s_c, stride_outer=x.stride(0), stride_inner=x.stride(1),
+            starts=tuple(j * hd for j in others), widths=(hd,) * (P - 1),
+        )  # fmt: skip
         unpack = _pack_kernels().Segments(
             rows=B, inner_rows=B, stride_outer=0, stride_inner=S * hd,
-            starts=tuple((seq_at[i] + off) * hd for i, (off, _) in enumerate(got)),
-            widths=tuple(s * hd for _, s in got),
+            starts=tuple((seq_at[i] + got[i][0]) * hd for i in others), widths=tuple(got[i][1] * hd for i in others),
         )  # fmt: skip
         steps.append(Step(
-            in_splits=[B * s_c * hd] * P, out_splits=[B * s * hd for _, s in got], send_at=send_at, recv_at=recv_at,
-            pack=_heads_pack(x, bufs, a, s_c, send_at, P, backend),
+            in_splits=_own_splits([B * s_c * hd] * P, me), out_splits=_own_splits([B * s * hd for _, s in got], me),
+            send_at=send_at, recv_at=recv_at,
+            pack=_packer(bufs, x[:, a:], send_at, pack, kernel),
             unpack=_unpacker(bufs, out, recv_at, unpack, kernel),
         ))  # fmt: skip
-        send_at += P * B * s_c * hd
+        send_at += pack.numel
         recv_at += unpack.numel
-    return Plan(out, bufs, steps)
+    # Own block: rows (b, s) of x's heads [me * h, (me + 1) * h) to out's rows (b, seq_at[me] + s).
+    spec = _pack_kernels().Rows(rows=B * s_me, inner_rows=s_me, width=hd, src_outer=x.stride(0),
+                                src_inner=x.stride(1), dst_outer=S * hd, dst_inner=hd)  # fmt: skip
+    own = _mover(kernel, _at(out, seq_at[me] * hd), _at(x, me * hd), spec) if spec.numel else None
+    return Plan(out, bufs, steps, own, spec.numel, [B * s_me * hd] * P, [B * s * hd for s in seq])
 
 
-def _heads_pack(x, bufs: Buffers, a: int, s_c: int, at: int, P: int, backend: str):
-    # (B, s, H, D) seen as (B, s, P, h, D), permuted to (P, B, s, h, D): one block per destination.
-    B, _, H, D = x.shape
-
+def _packer(bufs: Buffers, source, at: int, seg: Segments, kernel: str):
     def pack():
-        if s_c:
-            src = x[:, a : a + s_c].unflatten(2, (P, H // P))
-            dst = bufs.typed(bufs.send, at, x[:, a : a + s_c].numel()).view(P, B, s_c, H // P, D)
-            ops.permute(src, (2, 0, 1, 3, 4), dst, backend=backend)
+        _segments(kernel, bufs.typed(bufs.send, at, seg.numel), source, seg, to_blocks=True)
 
     return pack
 
@@ -504,8 +639,15 @@ def _unpacker(bufs: Buffers, target, at: int, seg: Segments, kernel: str):
     return unpack
 
 
+def _mover(kernel: str, dst, src, spec: Rows):
+    def own():
+        _rows(kernel, dst, src, spec)
+
+    return own
+
+
 def head_to_seq(
-    x: torch.Tensor, group=None, *, seq_len: int | None = None, chunks: int = 1, backend: str = "auto"
+    x: torch.Tensor, group=None, *, seq_len: int | None = None, chunks="auto", backend: str = "auto"
 ) -> torch.Tensor:
     """The inverse of ``seq_to_head``: this rank's head group over the whole sequence, (B, S, H/P, D),
     to its sequence shard of every head, a new contiguous (B, seq_len, H, D) tensor.
@@ -534,52 +676,46 @@ def head_to_seq(
             f"tileflip.distributed.head_to_seq: the ranks' seq_len {seq} sum to {sum(seq)}, but x has "
             f"S={table[0][D1]}; they must sum to S"
         )
-    return _execute(ctx, head_to_seq_plan(ctx.size, ctx.rank, x, seq, chunks, backend))
-
-
-def _dense_rows(x) -> bool:
-    """True when each batch element of x, (S, h, D), is one unit-stride run (what the pack kernel reads)."""
-    sizes, strides = plan.merge_dims(tuple(x.shape[1:]), tuple(x.stride()[1:]))
-    return len(sizes) == 0 or (len(sizes) == 1 and strides[0] == 1)
+    k = _chunks(table, x.numel() * x.element_size())
+    return _execute(ctx, head_to_seq_plan(ctx.size, ctx.rank, x, seq, k, backend))
 
 
 def head_to_seq_plan(P: int, me: int, x, seq: list, chunks: int, backend: str) -> Plan:
     """Rank ``me``'s part of ``head_to_seq`` once every rank's shard length (``seq``) is known."""
-    B, _, h, D = x.shape
-    H, hd = P * h, h * D
-    if not _dense_rows(x):
+    if not _dense(x, 1):
         x = ops.permute(x, (0, 1, 2, 3), backend=backend)
+    B, S, h, D = x.shape
+    H, hd = P * h, h * D
     out = torch.empty((B, seq[me], H, D), dtype=x.dtype, device=x.device)
-    bufs = Buffers(x.numel(), out.numel(), x.dtype, x.device)
+    bufs = Buffers(B * (S - seq[me]) * hd, B * seq[me] * hd * (P - 1), x.dtype, x.device)
     kernel = _kernel_backend(x, backend)
     seq_at = _offsets(seq)
     pieces = [_chunk_ranges(s, chunks) for s in seq]
+    others = _without(list(range(P)), me)
     steps, send_at, recv_at = [], 0, 0
-    for c in range(chunks):
-        mine, sent = pieces[me][c], [pieces[i][c] for i in range(P)]
+    for c in range(chunks if P > 1 else 0):
+        (a, s_c), sent = pieces[me][c], [pieces[i][c] for i in range(P)]
+        # Pack: per batch row of x, destination j's sequence chunk is one run of s_jc * hd values.
         pack = _pack_kernels().Segments(
             rows=B, inner_rows=B, stride_outer=0, stride_inner=x.stride(0),
-            starts=tuple((seq_at[i] + off) * hd for i, (off, _) in enumerate(sent)),
-            widths=tuple(s * hd for _, s in sent),
+            starts=tuple((seq_at[j] + sent[j][0]) * hd for j in others), widths=tuple(sent[j][1] * hd for j in others),
         )  # fmt: skip
         # Received: one (B, s_c, h, D) block per source head group; in out's rows (b, s) of H * D values,
-        # head group j is the segment [j * hd, (j + 1) * hd).
+        # head group i is the segment [i * hd, (i + 1) * hd).
         unpack = _pack_kernels().Segments(
-            rows=B * mine[1], inner_rows=mine[1], stride_outer=seq[me] * H * D, stride_inner=H * D,
-            starts=tuple(j * hd for j in range(P)), widths=(hd,) * P,
+            rows=B * s_c, inner_rows=s_c, stride_outer=seq[me] * H * D, stride_inner=H * D,
+            starts=tuple(i * hd for i in others), widths=(hd,) * (P - 1),
         )  # fmt: skip
         steps.append(Step(
-            in_splits=[B * s * hd for _, s in sent], out_splits=[B * mine[1] * hd] * P, send_at=send_at,
-            recv_at=recv_at, pack=_packer(bufs, x, send_at, pack, kernel),
-            unpack=_unpacker(bufs, out.view(-1)[mine[0] * H * D :], recv_at, unpack, kernel),
+            in_splits=_own_splits([B * s * hd for _, s in sent], me), out_splits=_own_splits([B * s_c * hd] * P, me),
+            send_at=send_at, recv_at=recv_at, pack=_packer(bufs, x, send_at, pack, kernel),
+            unpack=_unpacker(bufs, out.view(-1)[a * H * D :], recv_at, unpack, kernel),
         ))  # fmt: skip
         send_at += pack.numel
         recv_at += unpack.numel
-    return Plan(out, bufs, steps)
-
-
-def _packer(bufs: Buffers, source, at: int, seg: Segments, kernel: str):
-    def pack():
-        _segments(kernel, bufs.typed(bufs.send, at, seg.numel), source, seg, to_blocks=True)
-
-    return pack
+    # Own block: x's rows (b, seq_at[me] + s) of hd values to the segment [me * hd, (me + 1) * hd) of out's
+    # rows (b, s).
+    spec = _pack_kernels().Rows(rows=B * seq[me], inner_rows=seq[me], width=hd, src_outer=x.stride(0),
+                                src_inner=hd, dst_outer=seq[me] * H * D, dst_inner=H * D)  # fmt: skip
+    own = _mover(kernel, _at(out, me * hd), _at(x, seq_at[me] * hd), spec) if spec.numel else None
+    return Plan(out, bufs, steps, own, spec.numel, [B * s * hd for s in seq], [B * seq[me] * hd] * P)

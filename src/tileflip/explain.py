@@ -92,25 +92,35 @@ def _permute_launch(p, size) -> list[str]:
             *plan_text((s1, s0), dtype=_dtype(size)).splitlines()[1:4],
         ]
     go = tuning.permute_launch(p, size)  # the launcher's own geometry
-    if p.kind in ("rows", "copy"):
-        br, bl = go.blocks
+    if p.kind == "general":
         return [
-            f"rows kernel: {_rows(p)} rows of {p.sizes[-1]} elements, tiles {br} rows x {bl}, {go.num_warps} warps",
-            f"grid: {go.programs} programs (1-D), batch dims {p.batch} decomposed per row",
+            f"general kernel: {_product(p.sizes)} elements gathered, {go.blocks[0]} per program, "
+            f"grid {go.programs} programs"
         ]
-    if p.kind == "tiles":
-        a, b = p.a, len(p.sizes) - 1
-        bb, ba = go.blocks
-        tiles = go.grid[0] * go.grid[1]
-        return [
-            f"tiles kernel: a = dim {a} (input-fastest, size {p.sizes[a]}), b = dim {b} (output-fastest, "
-            f"size {p.sizes[b]}); tile {bb} (b) x {ba} (a), {go.num_warps} warps",
-            f"grid: {tiles} tiles x {go.batch} batch elements = {go.programs} programs (1-D); batch dims {p.batch}",
-        ]
+    bb, ba = go.blocks
+
+    def axis(dims):
+        return " x ".join(f"dim {d} ({p.sizes[d]})" for d in dims) or "-"
+
+    size_a, size_b = _product(p.sizes[d] for d in go.a_dims), _product(p.sizes[d] for d in go.b_dims)
+    tiles = go.grid[0] * go.grid[1]
     return [
-        f"general kernel: {_rows(p) * p.sizes[-1]} elements gathered, {go.blocks[0]} per program, "
-        f"grid {go.programs} programs"
+        f"tile kernel ({'loads and stores along A' if go.kept else 'loads along A, stores along B'}): "
+        f"tile {bb} (B) x {ba} (A), {go.num_warps} warps",
+        f"  A (input-fastest first): {axis(go.a_dims)} = {size_a}",
+        f"  B (output-fastest first): {axis(go.b_dims)} = {size_b}",
+        f"  batch (per program): {axis(go.batch_dims)} = {go.batch}",
+        f"vectors on full tiles: loads {go.vec[0]}, stores {go.vec[1]} elements"
+        f" ({go.vec[0] * size} B / {go.vec[1] * size} B){'; 64-bit tile indices' if go.wide else ''}",
+        f"grid: {go.grid[0]} x {go.grid[1]} = {tiles} tiles x {go.batch} batch elements = {go.programs} programs (1-D)",
     ]
+
+
+def _product(values) -> int:
+    n = 1
+    for v in values:
+        n *= v
+    return n
 
 
 def _rows(p) -> int:

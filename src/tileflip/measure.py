@@ -59,7 +59,7 @@ def _run(kernel: str, x, out):
 def triton_config(element_size: int):
     """(block, num_warps, group_m, layouts) of the Triton transpose as last launched; None if unknown.
 
-    The launcher keeps every compiled class in ``triton_transpose._compiled`` keyed by (device,
+    The launcher keeps every compiled class (``triton_transpose.compiled_kernels()``) keyed by (device,
     element size, TileConfig, ...); the compiled kernel carries its TTGIR and cubin, from which the
     real layouts and registers are read.
     """
@@ -67,7 +67,7 @@ def triton_config(element_size: int):
         from tileflip.kernels import triton_transpose
         from tileflip.kernels.triton_layout import layouts_of_compiled, resource_usage
 
-        entries = [(key, k) for key, k in triton_transpose._compiled.items() if key[1] == element_size]
+        entries = [(key, k) for key, k in triton_transpose.compiled_kernels().items() if key[1] == element_size]
         if not entries:
             return None
         key, compiled = entries[-1]
@@ -217,6 +217,7 @@ def measure_analyzer(args) -> int:
             "measured_fraction_of_copy": copy_ms / ms,
             "predicted_fraction_of_copy": report.predicted_fraction_of_copy,
             "bound": report.bound, "block": list(report.block), "num_warps": report.num_warps,
+            "resources_s": report.resources,
         }
         row["error_points"] = 100 * (row["predicted_fraction_of_copy"] - row["measured_fraction_of_copy"])
         if shutil.which("ncu") and not getattr(args, "no_ncu", False):

@@ -38,9 +38,15 @@ def _triton():
 
 
 def _span(t: torch.Tensor) -> tuple[int, int]:
-    """Byte range [start, stop) that a non-empty tensor's elements occupy."""
+    """Byte range [start, stop) that a non-empty tensor's elements occupy (torch strides are >= 0)."""
     start = t.data_ptr()
-    last = sum((size - 1) * stride for size, stride in zip(t.shape, t.stride()))
+    if t.dim() == 2:  # the transpose's case, kept off the generic loop: it is on every call's path
+        (m, n), (sm, sn) = t.shape, t.stride()
+        last = (m - 1) * sm + (n - 1) * sn
+    else:
+        last = 0
+        for size, stride in zip(t.shape, t.stride()):
+            last += (size - 1) * stride
     return start, start + (last + 1) * t.element_size()
 
 
@@ -58,7 +64,7 @@ def check_out(x: torch.Tensor, out, shape: tuple, arg: str = "out", *, memory: b
     """Check ``out``'s type, shape, dtype, device and contiguity, and (``memory``) that it misses ``x``."""
     if not isinstance(out, torch.Tensor):
         raise TypeError(f"{arg} must be a torch.Tensor or None, got {type(out).__name__}")
-    if tuple(out.shape) != tuple(shape):
+    if out.shape != shape:
         raise ValueError(f"{arg} must have shape {tuple(shape)}, got {tuple(out.shape)}")
     if out.dtype != x.dtype:
         raise TypeError(f"{arg} must have dtype {x.dtype} (x's), got {out.dtype}")
@@ -76,7 +82,7 @@ def check_input(x, ndim: int | None = 2, arg: str = "x") -> None:
     if ndim is not None and x.dim() != ndim:
         raise ValueError(f"{arg} must be {ndim}-D, got a {x.dim()}-D tensor of shape {tuple(x.shape)}")
     dtypes.check_dtype(x.dtype, arg)
-    if x.device.type not in ("cpu", "cuda"):
+    if not (x.is_cuda or x.is_cpu):
         raise ValueError(f"{arg} must be on a CPU or CUDA device, got {x.device}")
 
 
@@ -84,7 +90,7 @@ def resolve_backend(x: torch.Tensor, backend: str) -> str:
     """The concrete backend a call runs on, after checking that it can run on x's device."""
     if not isinstance(backend, str) or backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
-    on_cpu = x.device.type == "cpu"
+    on_cpu = not x.is_cuda
     if backend == "auto":
         if on_cpu:
             return "triton" if _triton().is_interpreted() else "torch"
@@ -123,7 +129,7 @@ def _run(x: torch.Tensor, out: torch.Tensor, backend: str) -> None:
     """Launch; x and out are non-empty and checked. Kernels receive the tensors in their own dtype and
     view them as unsigned integers only where a view matters (compiling, the interpreter)."""
     if backend == "triton":
-        _triton().launch(x, out, tuning.triton_config(x.element_size(), tuple(x.shape)))
+        _triton().launch(x, out, tuning.triton_config(x.element_size(), x.shape, x.stride(0)))
     elif backend == "torch":
         out.copy_(x.t())
     else:
@@ -155,7 +161,7 @@ def _transpose(x: torch.Tensor, out: torch.Tensor | None, backend: str) -> torch
     M, N = x.shape
     chosen = resolve_backend(x, backend)
     if out is None:
-        out = torch.empty((N, M), dtype=x.dtype, device=x.device)
+        out = x.new_empty((N, M))
     else:
         check_out(x, out, (N, M))
     if x.numel() == 0:
@@ -214,7 +220,7 @@ def _run_permute(x, out, p) -> None:
         # Output (s0, s1) contiguous is the transpose of the input seen as (s1, s0) with swapped strides.
         (s0, s1), (st0, st1) = p.sizes, p.in_strides
         x2 = x.as_strided((s1, s0), (st1, st0), x.storage_offset())
-        _triton().launch(x2, out.view(s0, s1), tuning.triton_config(x.element_size(), (s1, s0)))
+        _triton().launch(x2, out.view(s0, s1), tuning.triton_config(x.element_size(), (s1, s0), st1))
         return
     from tileflip.kernels import triton_permute
 

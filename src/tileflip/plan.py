@@ -255,9 +255,11 @@ def element_size(dtype: str) -> int:
 
 PERMUTE_KINDS = ("empty", "copy", "transpose2d", "rows", "tiles", "general")
 MAX_RANK = 8
-# A run shorter than this many bytes on both sides leaves a tile mostly masked: the general kernel
-# (contiguous writes, gathered reads) serves such layouts.
+# Runs shorter than this many bytes on both sides are reported apart by the benchmarks (innermost_runs).
 MIN_RUN_BYTES = 16
+# A 2-D permute goes to the tuned 2-D transpose kernel when both sides are at least this long (its tiles
+# are 64 to 256 elements a side); a thinner one runs the tile kernel, whose tile reshapes to the short side.
+TRANSPOSE2D_MIN_BYTES = 256
 
 
 @dataclass(frozen=True)
@@ -271,13 +273,15 @@ class PermutePlan:
     Kinds:
       * ``empty``: nothing to move;
       * ``copy``: one contiguous run (the identity, after merging);
+      * ``transpose2d``: exactly two merged dimensions, swapped, each of at least TRANSPOSE2D_MIN_BYTES:
+        the 2-D transpose kernel;
       * ``rows`` (inner dimension kept): the output's innermost dimension is also the input's
-        contiguous one; batched row copies with wide vector access;
-      * ``transpose2d``: exactly two merged dimensions, swapped: the 2-D transpose kernel;
-      * ``tiles`` (inner dimension moved): a 2-D tile of the input's fastest dimension ``a`` and the
-        output's fastest (the last), batched over the other dimensions;
-      * ``general``: anything else (both innermost runs shorter than MIN_RUN_BYTES, or a 1-D gather):
-        each output element gathered from its input offset.
+        contiguous one; ``tiles`` (inner dimension moved): it is not. Both run the tile kernel: a 2-D
+        tile whose axis A folds the input's fastest dimensions (starting at ``a``) and whose axis B
+        folds the output's fastest, batched over the rest (``tileflip.tuning.tile_launch``); rows
+        loads and stores along A, tiles loads along A and stores along B;
+      * ``general``: a 1-D gather (one merged dimension of stride != 1), or no dimension but the
+        output's last with a non-zero input stride: each output element gathered from its input offset.
     """
 
     kind: str
@@ -293,15 +297,6 @@ class PermutePlan:
             strides.append(acc)
             acc *= size
         return tuple(reversed(strides))
-
-    @property
-    def batch(self) -> tuple:
-        """Merged dimensions outside the kernel's tile (tiles: all but a and the last; rows: all but the last)."""
-        if self.kind == "tiles":
-            return tuple(i for i in range(len(self.sizes) - 1) if i != self.a)
-        if self.kind == "rows":
-            return tuple(range(len(self.sizes) - 1))
-        return ()
 
 
 def merge_dims(sizes, strides) -> tuple[tuple, tuple]:
@@ -343,18 +338,16 @@ def plan_permute(shape, strides, dims, element_size: int) -> PermutePlan:
     sizes, in_strides = merge_dims(out_shape, tuple(strides[d] for d in dims))
     if not sizes:  # every dimension has size 1: one element
         sizes, in_strides = (1,), (1,)
+    last = len(sizes) - 1
     if len(sizes) == 1:
-        return PermutePlan("copy" if in_strides[0] == 1 else "general", out_shape, sizes, in_strides)
+        return PermutePlan("copy" if in_strides[0] == 1 else "general", out_shape, sizes, in_strides, 0)
     if in_strides[-1] == 1:
-        return PermutePlan("rows", out_shape, sizes, in_strides)
-    others = [i for i in range(len(sizes) - 1) if in_strides[i] > 0]
+        return PermutePlan("rows", out_shape, sizes, in_strides, last)
+    others = [i for i in range(last) if in_strides[i] > 0]
     if not others:
         return PermutePlan("general", out_shape, sizes, in_strides)
     a = min(others, key=lambda i: (in_strides[i], -i))
-    runs_short = sizes[a] * element_size < MIN_RUN_BYTES and sizes[-1] * element_size < MIN_RUN_BYTES
-    if runs_short or in_strides[a] > 1 and sizes[-1] * element_size < MIN_RUN_BYTES:
-        return PermutePlan("general", out_shape, sizes, in_strides)
-    if len(sizes) == 2:
+    if len(sizes) == 2 and min(sizes) * element_size >= TRANSPOSE2D_MIN_BYTES:
         return PermutePlan("transpose2d", out_shape, sizes, in_strides, a)
     return PermutePlan("tiles", out_shape, sizes, in_strides, a)
 

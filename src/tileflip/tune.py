@@ -15,10 +15,12 @@ import sys
 from tileflip import tuning
 from tileflip.bench import Case, _make_input, _meta, _time
 
-# One representative shape per shape class (see tuning.shape_class). Only the large class is swept:
-# thin cases (a dimension under 64) of 4 MiB or more are rare, and they keep the large choice.
+# Representative shapes per class of tuning.triton_config. Thin shapes (a side under 64) take
+# tuning.thin_config, derived from the short side, and are not swept.
 REPRESENTATIVE = {
     "large": [(16384, 16384)],
+    "unaligned": [(8192, 8191)],  # rows not 16-aligned: scalar loads
+    "tiny": [(1024, 512), (4096, 128)],  # launch-bound: fewer, smaller programs may win
 }
 
 
@@ -50,20 +52,26 @@ def sweep(element_sizes, log) -> list[dict]:
                 src = torch.empty(x.numel() * es, dtype=torch.uint8, device="cuda")
                 dst = torch.empty_like(src)
                 nbytes = 2 * x.numel() * es
-                for config in candidates(es) + [None]:
-                    if config is None:  # the best of this shape again, in bands of 8 tile rows
-                        mine = [r for r in rows if r["shape"] == list(shape) and r["element_size"] == es]
-                        best = max(mine, key=lambda r: r["fraction_of_copy"])["config"]
-                        config = tuning.TileConfig(*best[:3], group_m=8)
+                mine = []
+                todo = candidates(es)
+                while todo:
+                    config = todo.pop(0)
                     copy_ms = _time(lambda d=dst, s=src: d.copy_(s), True)[0]
                     ms = _time(lambda c=config, x=x, o=out: triton_transpose.launch(x, o, c), True)[0]
                     assert torch.equal(out, x.t()), f"wrong result for {config} on {shape}"
                     row = dict(meta, element_size=es, shape_class=cls, shape=list(shape),
-                               config=[config.block_m, config.block_n, config.num_warps, config.group_m],
+                               config=list(config),
                                ms=ms, copy_ms=copy_ms, fraction_of_copy=copy_ms / ms,
                                gbps=nbytes / ms / 1e6)  # fmt: skip
                     rows.append(row)
+                    mine.append(row)
                     log(f"{es} B {shape} {row['config']}: {row['fraction_of_copy']:.1%}")
+                    if not todo and not any(r["config"][3] != 1 or r["config"][4] != 1 for r in mine):
+                        # Second pass over the three best: every tile masked (fewer registers), and
+                        # programs in bands of 8 tile rows.
+                        best = sorted(mine, key=lambda r: -r["fraction_of_copy"])[:3]
+                        todo = [tuning.TileConfig(*r["config"][:3], 1, 0) for r in best]
+                        todo += [tuning.TileConfig(*r["config"][:3], 8, 1) for r in best]
                 del x, out, src, dst
                 torch.cuda.empty_cache()
     return rows

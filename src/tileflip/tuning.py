@@ -16,18 +16,24 @@ import json
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import NamedTuple
 
 from tileflip.plan import cdiv
 
 TABLE_FILE = Path(__file__).with_name("data") / "tuning-h200.json"
 
 
-@dataclass(frozen=True)
-class TileConfig:
+class TileConfig(NamedTuple):
+    """A Triton tile: BLOCK_M x BLOCK_N elements, ``num_warps``, the program order ``group_m`` (1 walks
+    rows of tiles; G > 1 walks bands of G tile rows) and ``interior`` (1: interior tiles take an
+    unmasked branch, at the price of the registers of two code paths; 0: every tile is masked). A
+    tuple, so that hashing it on the launch path is done in C."""
+
     block_m: int
     block_n: int
     num_warps: int
-    group_m: int = 1  # program order: 1 walks rows of tiles; G > 1 walks bands of G tile rows
+    group_m: int = 1
+    interior: int = 1
 
 
 DEFAULT_TILES = {
@@ -37,16 +43,36 @@ DEFAULT_TILES = {
     8: TileConfig(64, 64, 8),
 }
 
-# Below this many bytes a transpose is launch- and host-bound rather than bandwidth-bound.
+# Below this many bytes a transpose is launch-bound rather than bandwidth-bound.
 TINY_BYTES = 4 << 20
+# A side shorter than this makes a shape "thin": a square tile would be mostly masked off.
+THIN_SIDE = 64
+# Elements in a thin tile: enough for 16-byte accesses along the long side and a few hundred programs
+# on the suite's thin shapes, with 4 warps.
+THIN_TILE_ELEMENTS = 4096
+THIN_WARPS = 4
 
 
 def shape_class(M: int, N: int, element_size: int) -> str:
+    """``thin`` (a side under THIN_SIDE), ``tiny`` (under TINY_BYTES) or ``large``."""
+    if min(M, N) < THIN_SIDE:
+        return "thin"
     if M * N * element_size < TINY_BYTES:
         return "tiny"
-    if min(M, N) < 64:
-        return "thin"
     return "large"
+
+
+def _pow2_at_least(n: int) -> int:
+    return 1 << max(n - 1, 1).bit_length()
+
+
+def thin_config(M: int, N: int) -> TileConfig:
+    """The tile of a thin shape: the short side covered by one power of two (>= 2), the long side as
+    long as THIN_TILE_ELEMENTS allows. Its block sizes depend only on that power of two, so each
+    thin class (side, power of two, Triton's specialization keys) compiles once."""
+    short = _pow2_at_least(min(M, N))
+    long = max(THIN_TILE_ELEMENTS // short, 16)
+    return TileConfig(short, long, THIN_WARPS) if M <= N else TileConfig(long, short, THIN_WARPS)
 
 
 @lru_cache(maxsize=1)
@@ -62,9 +88,24 @@ def _config(element_size: int, cls: str) -> TileConfig:
     return TileConfig(*entry["config"]) if entry else DEFAULT_TILES[element_size]
 
 
-def triton_config(element_size: int, shape: tuple | None = None) -> TileConfig:
-    """The Triton tile configuration for an element size, and for a shape's class when one is given."""
-    return _config(element_size, shape_class(*shape, element_size) if shape else "large")
+def triton_config(element_size: int, shape: tuple | None = None, row_stride: int = 0) -> TileConfig:
+    """The Triton tile configuration for an element size, and for a shape's class when one is given:
+    a thin shape gets ``thin_config``; a large one whose input ``row_stride`` is not a multiple of 16
+    elements (rows not 16-aligned, so no vector loads: e.g. 8192 x 8191) the table's ``unaligned``
+    entry when it has one. On every launch's path, hence the plain comparisons."""
+    if shape is None:
+        return _config(element_size, "large")
+    M, N = shape
+    if M < THIN_SIDE or N < THIN_SIDE:
+        return _thin(M < N, _pow2_at_least(M if M < N else N))
+    if M * N * element_size < TINY_BYTES:
+        return _config(element_size, "tiny")
+    return _config(element_size, "unaligned" if row_stride % 16 else "large")
+
+
+@lru_cache(maxsize=64)
+def _thin(wide: bool, short: int) -> TileConfig:
+    return thin_config(short, THIN_SIDE) if wide else thin_config(THIN_SIDE, short)
 
 
 def auto_backend(x) -> str:
@@ -82,47 +123,67 @@ def _auto(element_size: int, cls: str) -> str:
 
 # Block shapes of the N-D permute kernels (tileflip.kernels.triton_permute), kept here, free of triton,
 # so that the planner's explanations show what the launcher runs.
+#
+# The rows and tiles kinds run one kernel on a BLOCK_B x BLOCK_A tile. Axis A is built from the input's
+# fastest dimensions (in input-stride order), axis B from the output's fastest (in output order), each
+# of up to MAX_AXIS_DIMS merged dimensions folded into one linear index; the remaining dimensions are
+# the batch, decoded once per program. A tile's row and column offsets are decoded once per row and
+# per column vector (``//`` and ``%`` by runtime sizes, int32), never per element, so short runs cost
+# no more decoding than long ones, and a tile spans dimension boundaries: only the last tile of each
+# axis is masked.
+
+MAX_AXIS_DIMS = 4
+MAX_BATCH_DIMS = 6
+FOLD_FACTOR = 4  # fold dimensions into an axis until it spans this many tile widths (fewer masked tails)
+GENERAL_BLOCK = 1024
+VECTOR_BYTES = 16
 
 
 def _pow2_at_most(n: int, cap: int) -> int:
+    """The smallest power of two >= n, capped at cap."""
     p = 1
     while p < n and p < cap:
         p *= 2
     return p
 
 
-def rows_blocks(L: int, element_size: int) -> tuple[int, int, int]:
-    """(BLOCK_R, BLOCK_L, warps): 16 KiB tiles, rows as long as the run allows."""
-    tile = 16384 // element_size
-    block_l = _pow2_at_most(L, tile)
-    return max(1, tile // block_l), block_l, 8
+def _pow2_ceil(n: int) -> int:
+    p = 1
+    while p < n:
+        p *= 2
+    return p
 
 
-def tiles_blocks(size_b: int, size_a: int, config) -> tuple[int, int, int]:
-    """(BLOCK_B, BLOCK_A, warps): the 2-D tile of the tuning table, reshaped to fit a short dimension."""
-    area = config.block_m * config.block_n
-    block_a = _pow2_at_most(size_a, config.block_n)
-    block_b = _pow2_at_most(size_b, min(area // block_a, 512))
-    block_a = _pow2_at_most(size_a, max(block_a, area // block_b))
-    return block_b, block_a, config.num_warps
-
-
-GENERAL_BLOCK = 1024
+def _pow2_part(n: int, cap: int) -> int:
+    """The largest power of two <= cap dividing n (n == 0 counts as divisible by anything)."""
+    p = 1
+    while p < cap and n % (2 * p) == 0:
+        p *= 2
+    return p
 
 
 @dataclass(frozen=True)
 class PermuteLaunch:
-    """How an N-D permute plan is launched: block shape, warps, and the 1-D grid's parts.
+    """How an N-D permute plan is launched: block shape, warps, the 1-D grid's parts and the tile's axes.
 
-    ``blocks`` and ``grid`` are (BLOCK_R, BLOCK_L) and (row tiles, column tiles) for rows/copy,
-    (BLOCK_B, BLOCK_A) and (b tiles, a tiles) for tiles, (BLOCK,) and (programs,) for general;
-    ``batch`` multiplies the grid for the tiles kernel (one group of programs per batch element).
+    rows/copy/tiles: ``blocks`` = (BLOCK_B, BLOCK_A), ``grid`` = (b tiles, a tiles), ``batch`` = batch
+    elements; ``a_dims`` / ``b_dims`` / ``batch_dims`` are merged dimensions (indices into the plan's
+    sizes), innermost first; ``vec`` = (load, store) vector widths in elements that the kernel may
+    assume on full tiles (they divide every size and stride involved); ``kept``: the output's fastest
+    dimension is also the input's, so stores run along A (no transpose in registers).
+    general: ``blocks`` = (BLOCK,), ``grid`` = (programs,).
     """
 
     blocks: tuple
     num_warps: int
     grid: tuple
     batch: int = 1
+    a_dims: tuple = ()
+    b_dims: tuple = ()
+    batch_dims: tuple = ()
+    vec: tuple = (1, 1)
+    kept: bool = False
+    wide: bool = False
 
     @property
     def programs(self) -> int:
@@ -132,19 +193,96 @@ class PermuteLaunch:
         return n
 
 
+def fold_axes(sizes, in_strides, kept: bool, cap_a: int, cap_b: int) -> tuple[tuple, tuple, tuple]:
+    """Split merged dimensions into axis A (input-fastest first), axis B (output-fastest first) and batch.
+
+    Both axes start from their side's fastest dimension; then, one dimension at a time and turn about,
+    each axis takes its side's next fastest dimension while it spans fewer than FOLD_FACTOR tile widths
+    (and holds fewer than MAX_AXIS_DIMS). Dimensions of input stride 0 stay in the batch. The batch is
+    ordered innermost (output order) first, and folded back into B when it would exceed MAX_BATCH_DIMS.
+    """
+    n = len(sizes)
+    last = n - 1
+    by_stride = sorted((i for i in range(n) if in_strides[i] > 0 and i != last), key=lambda i: (in_strides[i], -i))
+    if kept:
+        a_order = [last] + by_stride
+        b_order = [i for i in range(last - 1, -1, -1)]
+    else:
+        a_order = by_stride
+        b_order = list(range(last, -1, -1))
+    a_dims, b_dims = [a_order[0]], [] if kept else [last]
+    if kept and n > 1:
+        b_dims = [b_order[0]] if b_order[0] != a_dims[0] else []
+    used = set(a_dims) | set(b_dims)
+
+    def grow(dims, order, cap):
+        if len(dims) >= MAX_AXIS_DIMS or _product(sizes[d] for d in dims) >= FOLD_FACTOR * cap:
+            return False
+        for d in order:
+            if d not in used:
+                dims.append(d)
+                used.add(d)
+                return True
+        return False
+
+    while True:
+        grew_a = grow(a_dims, a_order, cap_a)
+        grew_b = grow(b_dims, b_order, cap_b)
+        if not (grew_a or grew_b):
+            break
+    batch = [d for d in range(last, -1, -1) if d not in used]
+    while len(batch) > MAX_BATCH_DIMS:  # only when both axes are full: rank 8 with all axes at 4 cannot happen
+        b_dims.append(batch.pop(0))
+    return tuple(a_dims), tuple(b_dims), tuple(batch)
+
+
+def _axis_block(size: int, first: int, cap: int) -> int:
+    """A tile width along an axis: up to cap, or a whole first dimension of up to 2 * cap when it is
+    (nearly) a power of two, so that a program covers it without a masked tail (e.g. 256 channels)."""
+    ceil = _pow2_ceil(first)
+    if cap < first <= 2 * cap and (ceil - first) * 8 <= first:
+        return ceil
+    return _pow2_at_most(size, cap)
+
+
+def tile_launch(sizes, in_strides, kept: bool, element_size: int, config) -> PermuteLaunch:
+    """The tile kernel's launch (plan kinds rows, copy and tiles) for merged sizes and input strides."""
+    area = config.block_m * config.block_n
+    cap_a, cap_b = config.block_n, config.block_m
+    a_dims, b_dims, batch_dims = fold_axes(sizes, in_strides, kept, cap_a, cap_b)
+    size_a = _product(sizes[d] for d in a_dims)
+    size_b = _product(sizes[d] for d in b_dims)
+    block_a = _axis_block(size_a, sizes[a_dims[0]], cap_a)
+    block_b = _axis_block(size_b, sizes[b_dims[0]], cap_b) if b_dims else 1
+    if block_a > cap_a:  # a whole first dimension along A: B gets the rest of the area
+        block_b = _pow2_at_most(size_b, max(1, area // block_a))
+    elif block_b > cap_b:
+        block_a = _pow2_at_most(size_a, max(1, area // block_b))
+    else:  # a short axis gives its share of the area to the other one
+        block_b = _pow2_at_most(size_b, max(block_b, area // block_a))
+        block_a = _pow2_at_most(size_a, max(block_a, area // block_b))
+    cap = max(1, VECTOR_BYTES // element_size)
+    a0 = a_dims[0]
+    load = _pow2_part(sizes[a0], cap) if in_strides[a0] == 1 else 1
+    for d in range(len(sizes)):
+        if d != a0:
+            load = min(load, _pow2_part(in_strides[d], cap))
+    store_dim = a0 if kept else len(sizes) - 1
+    store = _pow2_part(sizes[store_dim], cap)
+    load, store = min(load, block_a), min(store, block_a if kept else block_b)
+    wide = max(size_a, size_b) + max(block_a, block_b) >= 2**31
+    grid = (cdiv(size_b, block_b), cdiv(size_a, block_a))
+    return PermuteLaunch(
+        (block_b, block_a), config.num_warps, grid, _product(sizes[d] for d in batch_dims),
+        a_dims, b_dims, batch_dims, (load, store), kept, wide,
+    )  # fmt: skip
+
+
 def permute_launch(p, element_size: int) -> PermuteLaunch:
     """The launch of ``p`` (a ``tileflip.plan.PermutePlan`` of kind rows, copy, tiles or general)."""
     sizes = p.sizes
-    if p.kind in ("rows", "copy"):
-        L = sizes[-1]
-        R = _product(sizes[:-1])
-        block_r, block_l, warps = rows_blocks(L, element_size)
-        return PermuteLaunch((block_r, block_l), warps, (cdiv(R, block_r), cdiv(L, block_l)))
-    if p.kind == "tiles":
-        size_a, size_b = sizes[p.a], sizes[-1]
-        block_b, block_a, warps = tiles_blocks(size_b, size_a, triton_config(element_size))
-        batch = _product(sizes[d] for d in p.batch)
-        return PermuteLaunch((block_b, block_a), warps, (cdiv(size_b, block_b), cdiv(size_a, block_a)), batch)
+    if p.kind in ("rows", "copy", "tiles"):
+        return tile_launch(sizes, p.in_strides, p.kind != "tiles", element_size, triton_config(element_size))
     if p.kind == "general":
         return PermuteLaunch((GENERAL_BLOCK,), 4, (cdiv(_product(sizes), GENERAL_BLOCK),))
     raise ValueError(f"plan kind {p.kind!r} has no permute-kernel launch")

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import threading
 from pathlib import Path
 
 import torch
 
 from tileflip.kernels import nvrtc
+from tileflip.kernels.triton_common import current_stream
 from tileflip.plan import transpose_grid
 
 CU_FILE = Path(__file__).with_name("cuda") / "transpose.cu"
@@ -27,10 +29,6 @@ GEOMETRY = {
     "tiled": (32, 32, (32, 8, 1)),
     "tiled_nopad": (32, 32, (32, 8, 1)),
 }
-
-# (in, out, M, N, sxm, sxn, grid_n): the C signature shared by every kernel of transpose.cu.
-_ARG_TYPES = (ctypes.c_void_p, ctypes.c_void_p) + (ctypes.c_longlong,) * 5
-
 
 def kernel_name(variant: str, bits: int) -> str:
     return f"transpose_{variant}_u{bits}"
@@ -52,22 +50,63 @@ def _arch(device: int) -> int:
     return 10 * major + minor
 
 
+@functools.lru_cache(maxsize=1024)
+def _grid(M: int, N: int, variant: str) -> tuple[int, int]:
+    """(programs, tiles per row) of the launch, from the planner."""
+    tile_m, tile_n, _ = GEOMETRY[variant]
+    grid = transpose_grid(M, N, tile_m, tile_n)
+    return grid.programs, grid.grid_n
+
+
+class _Params(ctypes.Structure):
+    """The kernels' parameter block: (in, out, M, N, sxm, sxn, grid_n), as transpose.cu declares them."""
+
+    _fields_ = [("x", ctypes.c_uint64), ("out", ctypes.c_uint64), ("M", ctypes.c_int64), ("N", ctypes.c_int64),
+                ("sxm", ctypes.c_int64), ("sxn", ctypes.c_int64), ("grid_n", ctypes.c_int64)]  # fmt: skip
+
+
+class _ThreadParams(threading.local):
+    """One parameter block per thread, with the array of pointers to its fields that cuLaunchKernel reads
+    (the driver copies the values during the call, and the call releases the GIL: hence per thread)."""
+
+    def __init__(self):
+        self.block = _Params()
+        base = ctypes.addressof(self.block)
+        self.pointers = (ctypes.c_void_p * len(_Params._fields_))(
+            *(base + getattr(_Params, name).offset for name, _ in _Params._fields_)
+        )
+        self.address = ctypes.addressof(self.pointers)
+        self.ready: set = set()  # devices whose context this thread has checked
+
+
+_params = _ThreadParams()
+_handles: dict = {}  # (variant, element size, device) -> kernel handle
+
+
 def launch(x: torch.Tensor, out: torch.Tensor, variant: str) -> None:
     """Write ``x.t()`` into ``out``.
 
     ``x``: 2-D CUDA tensor of dtype uint8/16/32/64, any non-negative strides and storage offset, M, N > 0;
-    ``out``: contiguous (N, M), same dtype and device, not overlapping ``x``. Checked by the caller.
+    ``out``: contiguous (N, M), same dtype and device, not overlapping ``x``. Checked by the caller, who
+    also makes x's device the current one where several GPUs are visible (``tileflip.ops``).
     """
     M, N = x.shape
     sxm, sxn = x.stride()
-    tile_m, tile_n, block = GEOMETRY[variant]
-    grid = transpose_grid(M, N, tile_m, tile_n)
-    device = x.device.index
-    # The guard makes the tensor's device current, so the current stream (possibly the NULL stream,
-    # which runs in the current context) belongs to it even when another device is PyTorch's current one.
-    with torch.cuda.device(device):
-        nvrtc.ensure_context(device)
+    device = x.get_device()
+    programs, grid_n = _grid(M, N, variant)
+    params = _params
+    if device not in params.ready:
+        # First launch on this thread and device: a thread that never touched the CUDA runtime has no
+        # current context, and a launch on the NULL stream runs in the current context.
+        with torch.cuda.device(device):
+            nvrtc.ensure_context(device)
+        params.ready.add(device)
+    key = (variant, x.element_size(), device)
+    kernel = _handles.get(key)
+    if kernel is None:
         kernel = nvrtc.get_kernel(CU_FILE, kernel_name(variant, 8 * x.element_size()), device, _arch(device))
-        stream = torch.cuda.current_stream().cuda_stream
-        args = (x.data_ptr(), out.data_ptr(), M, N, sxm, sxn, grid.grid_n)
-        nvrtc.launch(kernel, grid.launch, block, stream, (args, _ARG_TYPES))
+        _handles[key] = kernel
+    block = params.block
+    block.x, block.out, block.M, block.N, block.sxm, block.sxn, block.grid_n = (
+        x.data_ptr(), out.data_ptr(), M, N, sxm, sxn, grid_n)  # fmt: skip
+    nvrtc.launch_with_params(kernel, (programs, 1, 1), GEOMETRY[variant][2], current_stream(device), params.address)

@@ -44,13 +44,18 @@ class CudaError(RuntimeError):
         super().__init__(message)
 
 
+_driver_module = None
+
+
 def _bindings():
+    global _driver_module
     try:
         from cuda.bindings import driver, nvrtc
     except ImportError as exc:
         raise ImportError(
             "tileflip's CUDA C++ backend needs NVIDIA's cuda-python and NVRTC: pip install 'tileflip[cuda]'"
         ) from exc
+    _driver_module = driver
     return driver, nvrtc
 
 
@@ -213,3 +218,13 @@ def launch(kernel, grid: tuple[int, int, int], block: tuple[int, int, int], stre
     """
     driver, _ = _bindings()
     _check("cuLaunchKernel", driver.cuLaunchKernel(kernel, *grid, *block, 0, stream, args, 0))
+
+
+def launch_with_params(kernel, grid: tuple, block: tuple, stream: int, params: int) -> None:
+    """``launch`` with the parameters already laid out: ``params`` is the address of an array of pointers
+    to the argument values (the ``void**`` of cuLaunchKernel), so nothing is packed per call."""
+    driver = _driver_module or _bindings()[0]
+    (status,) = driver.cuLaunchKernel(kernel, grid[0], grid[1], grid[2], block[0], block[1], block[2], 0, stream,
+                                      params, 0)  # fmt: skip
+    if status:
+        _check("cuLaunchKernel", (status,))

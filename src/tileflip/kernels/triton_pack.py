@@ -18,6 +18,10 @@ offsets tensor has to be copied to the device. They are given in units of ``VEC`
 inside the kernel: the compiler then knows every row start is a multiple of ``VEC`` and vectorizes the
 accesses (``VEC * element_size`` is at most 16 bytes and divides every width, start, stride and
 address).
+
+``copy_rows`` is the other move the distributed operations need: the block a rank keeps for itself
+never crosses the collective, and goes straight from the input to its place in the result, both sides
+strided (rows addressed on two levels, as above, on each side).
 """
 
 from __future__ import annotations
@@ -28,7 +32,6 @@ import torch
 import triton
 import triton.language as tl
 
-from tileflip import tuning
 from tileflip.dtypes import as_uint
 from tileflip.plan import cdiv
 
@@ -101,6 +104,15 @@ def vector_width(element_size: int, values, pointers) -> int:
     return vec
 
 
+def _blocks(width: int, element_size: int) -> tuple[int, int, int]:
+    """(BLOCK_R, BLOCK_W, warps): 16 KiB tiles, rows as long as the run allows (up to the whole tile)."""
+    tile = 16384 // element_size
+    block_w = 1
+    while block_w < width and block_w < tile:
+        block_w *= 2
+    return max(1, tile // block_w), block_w, 8
+
+
 def launch(blocked: torch.Tensor, interleaved: torch.Tensor, seg: Segments, *, to_blocks: bool) -> None:
     """Copy between ``blocked`` (contiguous, ``seg.numel`` elements) and the segments of ``interleaved``
     (a tensor whose first element is the interleaved side's origin), in the direction ``to_blocks``."""
@@ -109,7 +121,7 @@ def launch(blocked: torch.Tensor, interleaved: torch.Tensor, seg: Segments, *, t
     es = blocked.element_size()
     values = (*seg.starts, *seg.widths, seg.stride_outer, seg.stride_inner)
     vec = vector_width(es, values, (blocked.data_ptr(), interleaved.data_ptr()))
-    block_r, block_w, warps = tuning.rows_blocks(max(seg.widths), es)
+    block_r, block_w, warps = _blocks(max(seg.widths), es)
     tiles_w = cdiv(max(seg.widths), block_w)
     grid = len(seg.widths) * cdiv(seg.rows, block_r) * tiles_w
     segments_kernel[(grid,)](
@@ -135,3 +147,71 @@ def reference(blocked: torch.Tensor, interleaved: torch.Tensor, seg: Segments, *
             else:
                 view.copy_(block)
         offset += seg.rows * width
+
+
+# --------------------------------------------------------------------------------------------------
+# Strided rows to strided rows
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Rows:
+    """``rows`` runs of ``width`` unit-stride elements; run r starts at ``(r // inner_rows) * outer +
+    (r % inner_rows) * inner`` elements from its side's origin, with (outer, inner) given per side."""
+
+    rows: int
+    inner_rows: int
+    width: int
+    src_outer: int
+    src_inner: int
+    dst_outer: int
+    dst_inner: int
+
+    @property
+    def numel(self) -> int:
+        return self.rows * self.width
+
+
+@triton.jit(do_not_specialize=["rows", "inner_rows", "width", "src_outer", "src_inner", "dst_outer", "dst_inner",
+                               "tiles_w"])  # fmt: skip
+def rows_kernel(
+    dst_ptr, src_ptr, rows, inner_rows, width, src_outer, src_inner, dst_outer, dst_inner, tiles_w,
+    VEC: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_W: tl.constexpr,
+):  # fmt: skip
+    pid = tl.program_id(0).to(tl.int64)
+    pid_r = pid // tiles_w
+    pid_w = pid % tiles_w
+    r = pid_r * BLOCK_R + tl.arange(0, BLOCK_R)
+    w = pid_w * BLOCK_W + tl.arange(0, BLOCK_W)
+    mask = (r[:, None] < rows) & (w[None, :] < width * VEC)
+    outer = r // inner_rows
+    inner = r % inner_rows
+    src = src_ptr + (outer * src_outer * VEC + inner * src_inner * VEC)[:, None] + w[None, :]
+    dst = dst_ptr + (outer * dst_outer * VEC + inner * dst_inner * VEC)[:, None] + w[None, :]
+    tl.store(dst, tl.load(src, mask=mask), mask=mask)
+
+
+def launch_rows(dst: torch.Tensor, src: torch.Tensor, spec: Rows) -> None:
+    """Copy the runs of ``spec`` from ``src`` to ``dst`` (tensors whose first elements are the origins)."""
+    if spec.rows == 0 or spec.width == 0:
+        return
+    es = dst.element_size()
+    values = (spec.width, spec.src_outer, spec.src_inner, spec.dst_outer, spec.dst_inner)
+    vec = vector_width(es, values, (dst.data_ptr(), src.data_ptr()))
+    block_r, block_w, warps = _blocks(spec.width, es)
+    tiles_w = cdiv(spec.width, block_w)
+    rows_kernel[(cdiv(spec.rows, block_r) * tiles_w,)](
+        as_uint(dst), as_uint(src), spec.rows, spec.inner_rows, spec.width // vec, spec.src_outer // vec,
+        spec.src_inner // vec, spec.dst_outer // vec, spec.dst_inner // vec, tiles_w,
+        VEC=vec, BLOCK_R=block_r, BLOCK_W=block_w, num_warps=warps,
+    )  # fmt: skip
+
+
+def reference_rows(dst: torch.Tensor, src: torch.Tensor, spec: Rows) -> None:
+    """The same copy with one torch ``copy_`` (the ``torch`` backend and the tests' oracle)."""
+    if spec.rows == 0 or spec.width == 0:
+        return
+    outer = spec.rows // spec.inner_rows
+    shape = (outer, spec.inner_rows, spec.width)
+    view = dst.as_strided(shape, (spec.dst_outer, spec.dst_inner, 1), dst.storage_offset())
+    view.copy_(src.as_strided(shape, (spec.src_outer, spec.src_inner, 1), src.storage_offset()))

@@ -8,10 +8,13 @@ The kernel is the seed lesson's tile transpose made production-ready:
   divisible by 16 carries that hint. We keep that bounded set on purpose: ``stride_xn == 1`` is what
   lets the compiler vectorize the row loads, and divisibility by 16 of ``N``, ``M`` and the strides
   is what lets masked accesses stay vectorized. A class of shapes is therefore the tuple of those
-  keys over (M, N, stride_xm, stride_xn, stride_om), and 20 new shapes of one class reuse one
-  compiled kernel. ``grid_n`` (tiles per row, used only to decode the program id) is not specialized.
-* offsets are computed in int64 (the program's tile origin is cast before multiplying), so tensors
-  past 2**31 elements index correctly;
+  keys over (M, N, stride_xm, stride_xn, stride_om), plus one bit of our own (``INDEX_64`` below),
+  and 20 new shapes of one class reuse one compiled kernel. ``grid_n`` (tiles per row, used only to
+  decode the program id) is not specialized.
+* offsets are int32 while every element offset of the input and the output fits (``needs_index_64``)
+  and int64 otherwise (the program's tile origin is cast before multiplying), so tensors past 2**31
+  elements index correctly and the common case does not pay for 64-bit address arithmetic;
+* interior tiles (all but the last row and column of tiles) load and store without masks;
 * the grid is 1-D (``tileflip.plan.transpose_grid``): gridDim.y and gridDim.z stay 1 for any shape.
 """
 
@@ -22,7 +25,6 @@ import triton.language as tl
 
 from tileflip.dtypes import as_uint
 from tileflip.kernels.triton_common import current_stream, is_interpreted_kernel, spec_key
-from tileflip.plan import cdiv
 
 
 # grid_m and grid_n only decode the program id: their divisibility buys nothing, and leaving them
@@ -41,6 +43,8 @@ def transpose_2d_kernel(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     GROUP_M: tl.constexpr,
+    INDEX_64: tl.constexpr,
+    INTERIOR: tl.constexpr,
 ):
     # Program order: tileflip.plan.TransposeGrid.tile_of is the same decoding, for the CPU tools.
     pid = tl.program_id(0)
@@ -54,17 +58,33 @@ def transpose_2d_kernel(
         within = pid % band
         pid_m = first_m + within % rows
         pid_n = within // rows
-    # int64 before any multiply: pid_m * BLOCK_M * stride_xm passes 2**31 on large tensors.
-    rm = pid_m.to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
-    rn = pid_n.to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)
+    if INDEX_64:
+        # Offsets past 2**31 elements: int64 before any multiply (pid_m * BLOCK_M * stride_xm overflows).
+        pid_m = pid_m.to(tl.int64)
+        pid_n = pid_n.to(tl.int64)
+    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     in_ptrs = x_ptr + rm[:, None] * stride_xm + rn[None, :] * stride_xn
-    in_mask = (rm[:, None] < M) & (rn[None, :] < N)
-    tile = tl.load(in_ptrs, mask=in_mask)
     # The output tile is BLOCK_N x BLOCK_M: its pointers and its mask are built from swapped offsets,
     # never reused from the input side.
     out_ptrs = out_ptr + rn[:, None] * stride_om + rm[None, :]
-    out_mask = (rn[:, None] < N) & (rm[None, :] < M)
-    tl.store(out_ptrs, tl.trans(tile), mask=out_mask)
+    # INTERIOR == 0 folds the condition to false at compile time: one masked path, fewer registers.
+    if ((pid_m + 1) * BLOCK_M <= M) & ((pid_n + 1) * BLOCK_N <= N) & (INTERIOR != 0):
+        # An interior tile (all but the last row and column of tiles) needs no mask: one branch per
+        # program instead of a compare per element.
+        tl.store(out_ptrs, tl.trans(tl.load(in_ptrs)))
+    else:
+        in_mask = (rm[:, None] < M) & (rn[None, :] < N)
+        out_mask = (rn[:, None] < N) & (rm[None, :] < M)
+        tl.store(out_ptrs, tl.trans(tl.load(in_ptrs, mask=in_mask)), mask=out_mask)
+
+
+INT32_LIMIT = 2**31 - 1
+
+
+def needs_index_64(M: int, N: int, stride_xm: int, stride_xn: int, stride_om: int) -> bool:
+    """Whether an element offset of the input or the output can pass int32 (part of the kernel's class)."""
+    return max((M - 1) * stride_xm + (N - 1) * stride_xn, (N - 1) * stride_om + M - 1) > INT32_LIMIT
 
 
 def is_interpreted() -> bool:
@@ -76,9 +96,22 @@ _INTERPRETED = is_interpreted_kernel(transpose_2d_kernel)
 
 
 # (device, element size, config, keys of M, N, stride_xm, stride_xn, stride_om, pointer alignments)
-# -> triton's compiled kernel. Once a class is compiled, its launches skip triton's binder and
-# cache lookup (about 10 us of Python a call) and call the compiled launcher directly.
+# -> (C launcher, CUfunction, packed metadata) of triton's compiled kernel. Once a class is compiled,
+# its launches skip triton's binder and cache lookup (about 10 us of Python a call) and call the
+# compiled kernel's C launcher directly, with the pointers as integers (a tensor argument would cost
+# a data_ptr() call and a cuPointerGetAttribute each).
 _compiled: dict = {}
+
+
+def _fast_launcher(kernel):
+    """The compiled kernel's C launcher and its fixed arguments, or None where it needs more than the
+    plain call (scratch memory, launch hooks), which then goes through ``kernel.run``."""
+    run = kernel.run
+    if getattr(run, "global_scratch_size", 1) or getattr(run, "profile_scratch_size", 1):
+        return None
+    if triton.knobs.runtime.launch_enter_hook is not None or triton.knobs.runtime.launch_exit_hook is not None:
+        return None
+    return run.launch, kernel.function, run.launch_cooperative_grid, run.launch_pdl, kernel.packed_metadata, kernel
 
 
 def launch(x, out, config) -> None:
@@ -91,24 +124,33 @@ def launch(x, out, config) -> None:
     M, N = x.shape
     sxm, sxn = x.stride()
     som = out.stride(0)
-    grid_m = cdiv(M, config.block_m)
-    grid_n = cdiv(N, config.block_n)
-    sizes = (M, N, sxm, sxn, som, grid_m, grid_n, config.block_m, config.block_n, config.group_m)
+    block_m, block_n = config[0], config[1]
+    grid_m = (M + block_m - 1) // block_m
+    grid_n = (N + block_n - 1) // block_n
+    wide = needs_index_64(M, N, sxm, sxn, som)
     if _INTERPRETED:
+        sizes = (M, N, sxm, sxn, som, grid_m, grid_n, block_m, block_n, config.group_m, wide, config.interior)
         transpose_2d_kernel[(grid_m * grid_n,)](as_uint(x), as_uint(out), *sizes, num_warps=config.num_warps)
         return
-    device = x.device.index
+    xp, op = x.data_ptr(), out.data_ptr()
+    device = x.get_device()
     key = (device, x.element_size(), config, spec_key(M), spec_key(N), spec_key(sxm), spec_key(sxn), spec_key(som),
-           x.data_ptr() % 16 == 0, out.data_ptr() % 16 == 0)  # fmt: skip
-    kernel = _compiled.get(key)
-    if kernel is None:
+           xp % 16 == 0, op % 16 == 0, wide)  # fmt: skip
+    fast = _compiled.get(key)
+    if fast is None:
+        sizes = (M, N, sxm, sxn, som, grid_m, grid_n, block_m, block_n, config.group_m, wide, config.interior)
         # Compiled on the unsigned-integer views: one kernel per element size serves every dtype.
-        _compiled[key] = transpose_2d_kernel[(grid_m * grid_n,)](
-            as_uint(x), as_uint(out), *sizes, num_warps=config.num_warps
-        )
+        kernel = transpose_2d_kernel[(grid_m * grid_n,)](as_uint(x), as_uint(out), *sizes, num_warps=config.num_warps)
+        _compiled[key] = _fast_launcher(kernel) or kernel
         return
-    kernel.run(grid_m * grid_n, 1, 1, current_stream(device), kernel.function, kernel.packed_metadata,
-               None, None, None, x, out, *sizes)  # fmt: skip
+    if type(fast) is tuple:
+        c_launch, function, cooperative, pdl, metadata, _ = fast
+        c_launch(grid_m * grid_n, 1, 1, current_stream(device), function, cooperative, pdl, None, None, metadata,
+                 None, None, None, xp, op, M, N, sxm, sxn, som, grid_m, grid_n, block_m, block_n, config[3],
+                 wide, config[4])  # fmt: skip
+    else:
+        fast.run(grid_m * grid_n, 1, 1, current_stream(device), fast.function, fast.packed_metadata, None, None, None,
+                 xp, op, M, N, sxm, sxn, som, grid_m, grid_n, block_m, block_n, config[3], wide, config[4])  # fmt: skip
 
 
 def launches_compiled() -> int:
@@ -116,10 +158,21 @@ def launches_compiled() -> int:
     return len(_compiled)
 
 
+def compiled_kernels() -> dict:
+    """Every compiled class of the fast path: launch key -> triton's compiled kernel (TTGIR, cubin)."""
+    return {key: v[-1] if type(v) is tuple else v for key, v in _compiled.items()}
+
+
+def launches_direct() -> int:
+    """How many of them launch through the C launcher directly (for tests)."""
+    return sum(type(v) is tuple for v in _compiled.values())
+
+
 _UINT_SIG = {1: "*u8", 2: "*u16", 4: "*u32", 8: "*u64"}
 
 
-def compile_for_target(element_size: int, config, *, arch: int = 90, unit_inner_stride: bool = True):
+def compile_for_target(element_size: int, config, *, arch: int = 90, unit_inner_stride: bool = True,
+                       index_64: bool = False):
     """Compile the kernel ahead of time for ``sm_<arch>`` without a GPU (for tests and the analyzer).
 
     Sizes and strides are given the common specialization: i32, divisible by 16, and the input's inner
@@ -134,7 +187,8 @@ def compile_for_target(element_size: int, config, *, arch: int = 90, unit_inner_
     ptr = _UINT_SIG[element_size]
     names = ["x_ptr", "out_ptr", "M", "N", "stride_xm", "stride_xn", "stride_om", "grid_m", "grid_n"]
     signature = dict.fromkeys(names, "i32") | {"x_ptr": ptr, "out_ptr": ptr}
-    constexprs = {"BLOCK_M": config.block_m, "BLOCK_N": config.block_n, "GROUP_M": config.group_m}
+    constexprs = {"BLOCK_M": config.block_m, "BLOCK_N": config.block_n, "GROUP_M": config.group_m,
+                  "INDEX_64": index_64, "INTERIOR": config.interior}  # fmt: skip
     signature |= dict.fromkeys(constexprs, "constexpr")
     if unit_inner_stride:
         signature["stride_xn"] = "constexpr"
