@@ -22,13 +22,15 @@ for step in "$@"; do
     env) run env 60 python3 -c "import torch, triton, sys; print(sys.version, torch.__version__, triton.__version__, torch.cuda.get_device_name(), torch.cuda.device_count())" ;;
     xdist) run xdist 60 python3 -m pip install -q --no-index .wheels/execnet-*.whl .wheels/pytest_xdist-*.whl ;;
     tests-par) run tests-par 380 python3 -m pytest -m "gpu and not multigpu" -q -p no:cacheprovider -n 8 --maxfail=20 ;;
-    tests-2d) run tests-2d 240 python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_transpose.py tests/test_cuda_launch_gpu.py tests/test_compile.py ;;
+    tests-2d) run tests-2d 240 python3 -m pytest -m gpu -q -p no:cacheprovider -n 4 tests/test_transpose.py tests/test_cuda_launch_gpu.py tests/test_compile.py ;;
     tests) run tests 540 python3 -m pytest -m "gpu and not multigpu" -q -p no:cacheprovider --maxfail=20 --durations=5 ;;
     device) run device 120 python3 benchmarks/measure_device.py && cp src/tileflip/data/h200.json "$OUT/" ;;
     analyze) run analyze-16384x16384-float32 120 python3 -m tileflip.cli analyze --measure --shape 16384x16384 --dtype float32
              for s in "4096x4096 float32" "16384x16384 bfloat16"; do
                set -- $s; run "analyze-$1-$2" 120 python3 -m tileflip.cli analyze --measure --no-ncu --shape "$1" --dtype "$2"; done ;;
     tests-new) run tests-new 240 python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_permute.py tests/test_cast_transpose.py tests/test_transpose.py ;;
+    analyze-json) for s in "16384x16384 float32" "4096x4096 float32" "16384x16384 bfloat16"; do
+               set -- $s; run "analyze-$1-$2" 120 sh -c "python3 -m tileflip.cli analyze --measure --no-ncu --json --shape $1 --dtype $2 > $OUT/analyze-$1-$2.json"; done ;;
     tune) run tune 240 python3 -m tileflip.tune --out "$OUT/tune.json" ;;
     bench-2d) run bench-2d 420 python3 -m tileflip.cli bench --suite 2d --quick --out "$OUT" ;;
     bench-host) run bench-host 120 python3 -m tileflip.cli bench --suite host --out "$OUT" ;;

@@ -56,49 +56,29 @@ Loads are merged per program by L1. For all four kernels at these shapes ``dram_
 
 Part 3 — from requests and bytes to time
 ----------------------------------------
-t = max(memory, write sectors, read sectors, L1/shared wavefronts) + t0, every term from the device
-constants of data/h200.json and the enumerated accesses, none per variant:
+t = max(memory, global requests, write sectors, read sectors, L1/shared wavefronts) + t0, every term
+from the device constants of data/h200.json and the enumerated accesses, none per variant:
 
 * memory (Little's law over CTA slots): every kernel here is one tile per CTA, not persistent. The
   busiest SM runs its CTAs in ``rounds`` = (its DRAM load bytes) / Q, where Q = resident CTAs per SM x
   the load bytes a CTA has in flight before it first waits (naive: one element per thread; tiled: its
   32x32 tile; Triton: its tile); residency from threads, shared memory and registers. Each round a
-  slot pays, besides moving its bytes,
-
-  - L (``cta_latency_s``): how long its loads stay outstanding, measured with *persistent* CTAs that
-    never retire (so it holds no launch cost);
-  - the turnaround, which that measurement leaves out: the CTA's shared-memory phase between its loads
-    landing and its stores (its own shared wavefronts, one per clock: ``smem_wavefronts_per_cta /
-    sm_clock_hz``, summed from the enumerated smem accesses), plus ``cta_turnaround_s``: the time the
-    slot holds no loads while the CTA waits for its slowest warp, retires, and the next CTA is launched
-    and issues its first load. The constant is measured as the difference per round between a
-    one-block-per-CTA copy and a persistent copy with the same CTAs and bytes in flight.
-
-  memory = dram_bytes / copy_bw + rounds x (L + turnaround). For a large launch:
-  t = dram_bytes / copy_bw x (1 + C / Q), C = (L + turnaround) x copy_bw / 2 / SMs. The copy itself is
-  taken as saturated.
-
-  The turnaround is paid per CTA, not per byte: halving the element halves the bytes of a CTA and of
-  Q but not the rounds. That is issue 4's bf16 miss. fp32 and bf16 16384^2 ``tiled`` both run 262144
-  CTAs, 1986 on the busiest SM, 8 resident: 248.25 rounds. fp32: Q = 8 x 4 KiB, DRAM 503.6 us,
-  latency 248.25 x 204 ns = 50.6 us; bf16: Q = 8 x 2 KiB, DRAM 251.8 us, the same 50.6 us. Without a
-  turnaround the model gave 90.9% and 83.5% (measured 83.0% and 65.7%): the measured time beyond
-  DRAM + t0 is 0.42 us per round for fp32 and 0.54 us for bf16, against L = 0.20 us. With turnaround
-  T + 64 (fp32) or 80 (bf16: odd columns of the 66-byte-row tile are 2-way) wavefronts / 1.98 GHz,
-  the rounds cost 248.25 x (0.204 + T + 0.032/0.040) us, the same absolute time on half the bytes:
-  the bf16 prediction drops twice as far as the fp32 one. With the placeholder T = 212 ns: fp32 82.0%,
-  bf16 69.3%. bf16 lands within 10 points for T from ~90 to ~570 ns (exact at ~295 ns); all twelve
-  issue-4 cases do for T from ~90 to ~360 ns (the upper end set by fp32 4096^2 tiled).
-
-  Rejected for this miss (checked against the kernel, see issue 4): (a) a per-request limit: a bf16
-  warp access moves 64 bytes (one request, two sectors), so bf16 issues twice the requests per byte,
-  but 16.8 M global requests in the measured 389 us is 4.3e10/s, a third of the one-sector requests
-  the L2 served in the ``l2_read_sectors_per_s`` measurement, and 0.16 per SM clock;
-  ``benchmarks/measure_device.py`` checks it directly with 2- and 4-byte one-element-per-lane copies
-  (``measurements.request_size_check``). (b) shared-memory conflicts: counted (1.5 wavefronts per
-  column read), 144 us of pipe time, far from binding. (c) bytes in flight: already in Q; a persistent
-  copy with bf16 tiled's 16 KiB per SM reaches 83% (the ``cta_latency_s`` measurement), the model's
-  83.5%; what the tiled kernel adds over that copy is the turnaround.
+  slot pays, besides moving its bytes, L (``cta_latency_s``: how long its loads stay outstanding,
+  measured with persistent CTAs) and a turnaround: the CTA's own shared-memory phase between its loads
+  landing and its stores (``smem_wavefronts_per_cta / sm_clock_hz``, from the enumerated smem
+  accesses) plus ``cta_turnaround_s`` (retire and relaunch; measured as the difference per round
+  between one-block-per-CTA and persistent copies: ~0 on the H200, 2026-11-30, the one-block copies
+  were no slower). memory = dram_bytes / copy_bw + rounds x (L + turnaround).
+* global requests: every warp-wide global load or store instruction is one request, whatever its
+  width, and the memory system serves at most ``global_requests_per_s`` of them. Measured by a
+  persistent copy whose lanes move one 2-byte element per instruction (64-byte requests): 4.5e10/s,
+  68% of copy, where the same copy with 4-byte elements and the same bytes in flight reaches 90%
+  (``measurements.request_size_check``). This is issue 4's bf16 miss: the CUDA ``tiled`` kernel moves
+  one element per lane per instruction, so bf16 issues twice the requests per byte of fp32. bf16
+  16384^2: 2 x 512 MiB / 64 B = 16.8 M requests / 4.5e10/s = 372 us against 252 us of DRAM time ->
+  68.0% (measured 65.7%); fp32's 16.8 M requests of 128 B stay under its 504 us of DRAM time. Triton's
+  16-byte vectors make 512-byte requests, far from this limit. (The previous model, without this
+  term, predicted 83.5%.)
 * write sectors: sectors that store instructions write only in part (fewer than 32 of their bytes),
   each counted once per instruction / ``l2_write_sectors_per_s``, the rate measured with one
   4-byte element per sector. Fully written sectors are not merged in L2 and are priced by the
@@ -110,22 +90,17 @@ constants of data/h200.json and the enumerated accesses, none per variant:
 
 predicted_fraction_of_copy = (min_bytes / copy_bw + t0) / t, with t0 = ``launch_overhead_s``.
 
-Why each variant lands where it does (fp32 16384^2, committed constants with the turnaround
-placeholder; measured 2026-11-30):
+Why each variant lands where it does (fp32 16384^2, committed constants, measured 2026-11-30):
 
-* naive 16x16: 4x the minimum write sectors -> write-sector bound, 21.8% (measured ~24%); its memory
-  term (Q = 8 KB, 993 rounds) alone would allow ~55%.
-* tiled_nopad: 1 + 1 + 32 + 1 = 35 wavefronts per 32 elements -> 2.2 M cycles per SM -> 45.0% at
+* naive 16x16: 4x the minimum write sectors -> write-sector bound, ~22% (measured ~24%).
+* tiled_nopad: 1 + 1 + 32 + 1 = 35 wavefronts per 32 elements -> 2.2 M cycles per SM -> 45% at
   1.98 GHz (~38%); 36.6% if the clock sits at the 1.6 GHz base.
-* tiled: every access ideal; Q = 8 CTAs x 4 KB = 32 KB in flight and 248 rounds of latency and
-  turnaround -> 82.0% (~83%).
-* triton 64x64, 8 warps, 32 registers: Q = 8 x 16 KB = 128 KB, 62 rounds -> 93.7% (92-97%).
+* tiled: every access ideal; Q = 8 CTAs x 4 KB = 32 KB in flight and 248 rounds of latency -> ~90%
+  (~83%); for bf16 the request rate binds (above).
+* triton: 16-byte vectors, large tiles, Q of 64-128 KB per SM -> 93-96% (95%).
 
-Assumed: a slot's turnaround does not overlap its own loads (the next CTA's loads wait for its
-launch; the shared phase waits for the loads), so it adds to L; the shared phase of one CTA runs at the
-pipe's full rate (other CTAs' wavefronts are priced by the L1 term, not here); the turnaround is one
-device constant for every CTA shape (the measurement reports it for 2, 4 and 8 KiB CTAs so that a
-dependence on the CTA shows); one wave or less pays it once.
+Assumed: a slot's turnaround does not overlap its own loads, so it adds to L; the request limit is one
+device-wide rate for loads and stores alike, whatever the bytes per request.
 
 Not modelled: DRAM page locality and read/write turnaround, ECC read-modify-write of unmerged
 partial sectors, L2 partition crossing, clock throttling, instruction issue limits, and the host
@@ -994,6 +969,12 @@ def _predict(variant: _Variant, stats: list, dram: dict, dev: dict) -> dict:
         "l2_read_sectors": load_sectors / dev["l2_read_sectors_per_s"],
         "l1_shared_wavefronts": wavefronts * busiest / dev["sm_clock_hz"],
     }
+    if dev.get("global_requests_per_s"):
+        # Every warp-wide global load or store instruction is one request, whatever its width: a kernel of
+        # narrow accesses (a 2-byte element per lane: 64 B per request) meets the memory system's request
+        # rate before its bandwidth (measured: a 2-byte one-element-per-lane copy reaches ~68% of copy).
+        requests = sum(s.requests for s in stats if s.space == "global")
+        resources["global_requests"] = requests / dev["global_requests_per_s"]
     contenders = {k: v for k, v in resources.items() if k not in ("dram", "latency", "turnaround")}
     bound = max(contenders, key=contenders.get)
     t0 = dev["launch_overhead_s"]

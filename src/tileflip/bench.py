@@ -399,7 +399,7 @@ def measure_new_shapes(meta) -> list[dict]:
 
     compiles = []
     old = triton.knobs.runtime.jit_post_compile_hook
-    tileflip.transpose(torch.ones(48, 80, device="cuda"), backend="triton")
+    tileflip.transpose(torch.ones(64, 96, device="cuda"), backend="triton")
     triton.knobs.runtime.jit_post_compile_hook = lambda *a, **k: compiles.append(1)
     firsts = []
     try:

@@ -109,7 +109,8 @@ def _fast_launcher(kernel):
     run = kernel.run
     if getattr(run, "global_scratch_size", 1) or getattr(run, "profile_scratch_size", 1):
         return None
-    if triton.knobs.runtime.launch_enter_hook is not None or triton.knobs.runtime.launch_exit_hook is not None:
+    hooks = (triton.knobs.runtime.launch_enter_hook, triton.knobs.runtime.launch_exit_hook)
+    if any(getattr(h, "calls", h) for h in hooks):  # hooks set when the class was compiled keep triton's path
         return None
     return run.launch, kernel.function, run.launch_cooperative_grid, run.launch_pdl, kernel.packed_metadata, kernel
 
