@@ -28,11 +28,11 @@ SHAPES = {
     "nonsquare_300x1030": (300, 1030),
 }
 
-GPU_BACKENDS = ["triton", "cuda-naive", "cuda-tiled", "cuda-tiled-nopad", "auto"]
+GPU_BACKENDS = ["triton", "triton-gather", "cuda-naive", "cuda-tiled", "cuda-tiled-nopad", "auto"]
 needs_interpreter = pytest.mark.skipif(HAS_GPU, reason="on a GPU machine the gpu-marked cases run these natively")
 
 
-def device_backends(cpu=("triton",), gpu=GPU_BACKENDS):
+def device_backends(cpu=("triton", "triton-gather"), gpu=GPU_BACKENDS):
     params = [pytest.param("cpu", b, id=f"cpu-{b}", marks=needs_interpreter) for b in cpu]
     params += [pytest.param("cuda", b, id=f"cuda-{b}", marks=pytest.mark.gpu) for b in gpu]
     return params
@@ -41,7 +41,7 @@ def device_backends(cpu=("triton",), gpu=GPU_BACKENDS):
 ALL_DTYPES = sorted(dtypes.SUPPORTED, key=str)
 
 
-@pytest.mark.parametrize("device,backend", device_backends(cpu=("triton", "auto")))
+@pytest.mark.parametrize("device,backend", device_backends(cpu=("triton", "triton-gather", "auto")))
 @pytest.mark.parametrize("name", list(SHAPES))
 def test_shapes(name, device, backend):
     x = random_bits(SHAPES[name], torch.float32, device, seed=len(name))
@@ -167,6 +167,21 @@ class TestErrors:
     def test_out_on_other_device(self):
         x = random_bits((3, 4), torch.float32, "cuda")
         _refused(ValueError, "out must be on cuda", x, out=poisoned((4, 3), torch.float32, "cpu"))
+
+    @pytest.mark.gpu
+    @pytest.mark.parametrize("backend", ["auto", "triton", "triton-gather", "cuda-tiled"])
+    def test_cuda_fast_path_refusals(self, backend):
+        """The CUDA fast path hands every irregular call to the checked path, which names the problem."""
+        x = random_bits((3, 4), torch.float32, "cuda")
+        _refused(ValueError, r"out must have shape \(4, 3\)", x, out=poisoned((3, 4), torch.float32, "cuda"),
+                 backend=backend)  # fmt: skip
+        _refused(TypeError, "out must have dtype", x, out=poisoned((4, 3), torch.int32, "cuda"), backend=backend)
+        _refused(ValueError, "out must be contiguous", x, out=poisoned((3, 4), torch.float32, "cuda").t(),
+                 backend=backend)  # fmt: skip
+        buf = poisoned((64,), torch.float32, "cuda")
+        _refused(ValueError, "out overlaps x", buf[:12].view(3, 4), out=buf[6:18].view(4, 3), backend=backend)
+        _refused(ValueError, "backend must be one of", x, backend="cublas")
+        _refused(ValueError, "x must be 2-D", torch.ones(2, 3, 4, device="cuda"), backend=backend)
 
     def test_meta_device(self):
         _refused(ValueError, "x must be on a CPU or CUDA device", torch.empty(3, 4, device="meta"))

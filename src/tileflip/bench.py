@@ -41,7 +41,7 @@ SUITES = {
     },
 }  # fmt: skip
 
-TILEFLIP_BACKENDS = ["triton", "cuda-naive", "cuda-tiled", "cuda-tiled-nopad", "auto"]
+TILEFLIP_BACKENDS = ["triton", "triton-gather", "cuda-naive", "cuda-tiled", "cuda-tiled-nopad", "auto"]
 PEERS = ["torch-contiguous", "torch-copy", "torch-compile", "cupy", "xla"]
 
 
@@ -368,6 +368,8 @@ def measure_host(rounds: int, log=print) -> list[dict]:
             "tileflip: transpose(x, out=out)": lambda: tileflip.transpose(x, out),
             "tileflip: transpose(x)": lambda: tileflip.transpose(x),
             "tileflip triton: transpose(x, out=out)": lambda: tileflip.transpose(x, out, backend="triton"),
+            "tileflip triton-gather: transpose(x, out=out)": lambda: tileflip.transpose(x, out,
+                                                                                    backend="triton-gather"),
             "tileflip cuda-tiled: transpose(x, out=out)": lambda: tileflip.transpose(x, out, backend="cuda-tiled"),
             "part: argument checks": checks,
             "part: allocation torch.empty": lambda: torch.empty((N, M), device="cuda"),

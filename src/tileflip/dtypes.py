@@ -46,3 +46,6 @@ def check_dtype(dtype: torch.dtype, arg: str = "x") -> None:
 def as_uint(t: torch.Tensor) -> torch.Tensor:
     """The same memory viewed as the unsigned integer of the element size (strides and offset kept)."""
     return t.view(UINT_OF_SIZE[t.element_size()])
+
+# Bytes per element of each supported dtype (read on every call's path: a dict lookup, no tensor made).
+ELEMENT_SIZE = {d: torch.empty((), dtype=d).element_size() for d in SUPPORTED}

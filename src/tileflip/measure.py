@@ -59,8 +59,8 @@ def _run(kernel: str, x, out):
 def triton_config(element_size: int):
     """(block, num_warps, group_m, layouts) of the Triton transpose as last launched; None if unknown.
 
-    The launcher keeps every compiled class (``triton_transpose.compiled_kernels()``) keyed by (device,
-    element size, TileConfig, ...); the compiled kernel carries its TTGIR and cubin, from which the
+    The launcher keeps every compiled class (``triton_transpose.compiled_kernels()``) keyed by (TileConfig,
+    element size, ...); the compiled kernel carries its TTGIR and cubin, from which the
     real layouts and registers are read.
     """
     try:
@@ -71,7 +71,7 @@ def triton_config(element_size: int):
         if not entries:
             return None
         key, compiled = entries[-1]
-        config = key[2]
+        config = key[0]
         layouts = layouts_of_compiled(compiled)
         layouts.update(resource_usage(compiled))
         return (config.block_m, config.block_n), config.num_warps, config.group_m, layouts

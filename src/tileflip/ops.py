@@ -9,6 +9,8 @@ Backends:
 * ``"triton"``: the Triton tile kernel. On a CUDA tensor it runs natively. On a CPU tensor it runs in
   Triton's interpreter when ``TRITON_INTERPRET=1`` was set before tileflip's kernels were imported;
   without the interpreter a CPU tensor is refused.
+* ``"triton-gather"``: the Triton gather kernel (one lane per output element, no shared memory), the
+  shortest program for launch-bound tiny and thin shapes; same device rules as ``"triton"``.
 * ``"cuda-naive"``, ``"cuda-tiled"``, ``"cuda-tiled-nopad"``: the CUDA C++ kernels (CUDA tensors only).
 * ``"torch"``: ``out.copy_(x.t())``, the reference path, on any device.
 * ``"auto"``: on a CUDA tensor, the backend the committed tuning table names for the case; on a CPU
@@ -21,7 +23,8 @@ import torch
 
 from tileflip import dtypes, plan, tuning
 
-BACKENDS = ("auto", "triton", "cuda-naive", "cuda-tiled", "cuda-tiled-nopad", "torch")
+BACKENDS = ("auto", "triton", "triton-gather", "cuda-naive", "cuda-tiled", "cuda-tiled-nopad", "torch")
+TRITON_BACKENDS = ("triton", "triton-gather")
 CUDA_BACKENDS = {"cuda-naive": "naive", "cuda-tiled": "tiled", "cuda-tiled-nopad": "tiled_nopad"}
 
 _triton_module = None
@@ -97,9 +100,9 @@ def resolve_backend(x: torch.Tensor, backend: str) -> str:
         return tuning.auto_backend(x)
     if backend in CUDA_BACKENDS and on_cpu:
         raise ValueError(f"backend={backend!r} needs a CUDA tensor, but x is on {x.device}")
-    if backend == "triton" and on_cpu and not _triton().is_interpreted():
+    if backend in TRITON_BACKENDS and on_cpu and not _triton().is_interpreted():
         raise ValueError(
-            "backend='triton' got a CPU tensor, but Triton's interpreter is off: set TRITON_INTERPRET=1 "
+            f"backend={backend!r} got a CPU tensor, but Triton's interpreter is off: set TRITON_INTERPRET=1 "
             "before importing tileflip to run the kernel on the CPU, or pass backend='auto' or 'torch'"
         )
     return backend
@@ -130,6 +133,8 @@ def _run(x: torch.Tensor, out: torch.Tensor, backend: str) -> None:
     view them as unsigned integers only where a view matters (compiling, the interpreter)."""
     if backend == "triton":
         _triton().launch(x, out, tuning.triton_config(x.element_size(), x.shape, x.stride(0)))
+    elif backend == "triton-gather":
+        _triton().launch_gather(x, out)
     elif backend == "torch":
         out.copy_(x.t())
     else:
@@ -156,7 +161,52 @@ def transpose(x: torch.Tensor, out: torch.Tensor | None = None, *, backend: str 
     return _transpose(x, out, backend)
 
 
+def _fast_cuda(x: torch.Tensor, out, backend: str):
+    """The common valid call on a CUDA tensor, each attribute read once (host time is most of a small
+    transpose's cost); None for anything else, which the checked path then handles or refuses."""
+    shape = x.shape
+    if len(shape) != 2:
+        return None
+    M, N = shape
+    es = dtypes.ELEMENT_SIZE.get(x.dtype)
+    if es is None or M == 0 or N == 0:
+        return None
+    if backend == "auto":
+        backend = tuning.auto_for(M, N, es)
+    device = x.get_device()
+    if _gpu_count is None or (_gpu_count > 1 and device != torch.cuda.current_device()):
+        return None
+    sxm, sxn = x.stride()
+    if out is None:
+        out = x.new_empty((N, M))
+    else:
+        if (type(out) is not torch.Tensor or out.shape != (N, M) or out.dtype != x.dtype or out.get_device() != device
+                or not out.is_contiguous()):  # fmt: skip
+            return None
+        x0, o0 = x.data_ptr(), out.data_ptr()
+        if o0 < x0 + ((M - 1) * sxm + (N - 1) * sxn + 1) * es and x0 < o0 + M * N * es:
+            return None  # overlap: the checked path says so
+    if backend == "triton":
+        _triton().launch_known(x, out, M, N, sxm, sxn, M, tuning.triton_config(es, shape, sxm))
+    elif backend == "triton-gather":
+        _triton().launch_gather_known(x, out, M, N, sxm, sxn, M)
+    elif backend in CUDA_BACKENDS:
+        from tileflip.kernels import cuda_transpose
+
+        cuda_transpose.launch_known(x, out, M, N, sxm, sxn, device, CUDA_BACKENDS[backend])
+    elif backend == "torch":
+        out.copy_(x.t())
+    else:
+        return None
+    return out
+
+
 def _transpose(x: torch.Tensor, out: torch.Tensor | None, backend: str) -> torch.Tensor:
+    if type(x) is torch.Tensor and x.is_cuda:
+        done = _fast_cuda(x, out, backend)
+        if done is not None:
+            return done
+        _several_gpus()  # the fast path needs the GPU count; the first call learns it here
     check_input(x)
     M, N = x.shape
     chosen = resolve_backend(x, backend)

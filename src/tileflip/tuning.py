@@ -116,6 +116,11 @@ def auto_backend(x) -> str:
     return _auto(x.element_size(), shape_class(M, N, x.element_size()))
 
 
+def auto_for(M: int, N: int, element_size: int) -> str:
+    """``auto_backend`` from sizes already read (the launch path's form)."""
+    return _auto(element_size, shape_class(M, N, element_size))
+
+
 @lru_cache(maxsize=64)
 def _auto(element_size: int, cls: str) -> str:
     return _table()["auto"].get(f"{element_size}:{cls}", "triton")

@@ -92,7 +92,11 @@ def launch(x: torch.Tensor, out: torch.Tensor, variant: str) -> None:
     """
     M, N = x.shape
     sxm, sxn = x.stride()
-    device = x.get_device()
+    launch_known(x, out, M, N, sxm, sxn, x.get_device(), variant)
+
+
+def launch_known(x, out, M: int, N: int, sxm: int, sxn: int, device: int, variant: str) -> None:
+    """``launch`` with the sizes, strides and device the caller has already read."""
     programs, grid_n = _grid(M, N, variant)
     params = _params
     if device not in params.ready:

@@ -116,7 +116,7 @@ def _fast_launcher(kernel):
 
 
 def launch(x, out, config) -> None:
-    """Transpose the 2-D integer view ``x`` (any strides) into the contiguous ``out`` (N x M).
+    """Transpose the 2-D integer view ``x`` (any strides) into ``out`` (N x M, unit column stride).
 
     ``config`` is a ``tileflip.tuning.TileConfig``; the caller has checked every argument and
     handles empty tensors. ``x`` and ``out`` may be given in their own dtype on the fast path: the
@@ -124,34 +124,95 @@ def launch(x, out, config) -> None:
     """
     M, N = x.shape
     sxm, sxn = x.stride()
-    som = out.stride(0)
+    launch_known(x, out, M, N, sxm, sxn, out.stride(0), config)
+
+
+def launch_known(x, out, M: int, N: int, sxm: int, sxn: int, som: int, config) -> None:
+    """``launch`` with the sizes and strides the caller has already read (``tileflip.ops``'s fast path)."""
     block_m, block_n = config[0], config[1]
     grid_m = (M + block_m - 1) // block_m
     grid_n = (N + block_n - 1) // block_n
     wide = needs_index_64(M, N, sxm, sxn, som)
+    scalars = (M, N, sxm, sxn, som, grid_m, grid_n, block_m, block_n, config[3], wide, config[4])
     if _INTERPRETED:
-        sizes = (M, N, sxm, sxn, som, grid_m, grid_n, block_m, block_n, config.group_m, wide, config.interior)
-        transpose_2d_kernel[(grid_m * grid_n,)](as_uint(x), as_uint(out), *sizes, num_warps=config.num_warps)
+        transpose_2d_kernel[(grid_m * grid_n,)](as_uint(x), as_uint(out), *scalars, num_warps=config.num_warps)
         return
     xp, op = x.data_ptr(), out.data_ptr()
-    device = x.get_device()
-    key = (device, x.element_size(), config, spec_key(M), spec_key(N), spec_key(sxm), spec_key(sxn), spec_key(som),
-           xp % 16 == 0, op % 16 == 0, wide)  # fmt: skip
+    key = (config, x.element_size(), spec_key(M), spec_key(N), spec_key(sxm), spec_key(sxn), spec_key(som),
+           xp % 16 == 0, op % 16 == 0, wide, x.get_device())  # fmt: skip
+    _launch(transpose_2d_kernel, key, grid_m * grid_n, x, out, xp, op, scalars, config.num_warps)
+
+
+def _launch(kernel_fn, key, programs: int, x, out, xp: int, op: int, scalars: tuple, num_warps: int) -> None:
+    """Launch a compiled class through its C launcher, compiling it on first use (on the integer views)."""
     fast = _compiled.get(key)
     if fast is None:
-        sizes = (M, N, sxm, sxn, som, grid_m, grid_n, block_m, block_n, config.group_m, wide, config.interior)
         # Compiled on the unsigned-integer views: one kernel per element size serves every dtype.
-        kernel = transpose_2d_kernel[(grid_m * grid_n,)](as_uint(x), as_uint(out), *sizes, num_warps=config.num_warps)
+        kernel = kernel_fn[(programs,)](as_uint(x), as_uint(out), *scalars, num_warps=num_warps)
         _compiled[key] = _fast_launcher(kernel) or kernel
         return
+    stream = current_stream(key[-1])
     if type(fast) is tuple:
         c_launch, function, cooperative, pdl, metadata, _ = fast
-        c_launch(grid_m * grid_n, 1, 1, current_stream(device), function, cooperative, pdl, None, None, metadata,
-                 None, None, None, xp, op, M, N, sxm, sxn, som, grid_m, grid_n, block_m, block_n, config[3],
-                 wide, config[4])  # fmt: skip
+        c_launch(programs, 1, 1, stream, function, cooperative, pdl, None, None, metadata, None, None, None,
+                 xp, op, *scalars)  # fmt: skip
     else:
-        fast.run(grid_m * grid_n, 1, 1, current_stream(device), fast.function, fast.packed_metadata, None, None, None,
-                 xp, op, M, N, sxm, sxn, som, grid_m, grid_n, block_m, block_n, config[3], wide, config[4])  # fmt: skip
+        fast.run(programs, 1, 1, stream, fast.function, fast.packed_metadata, None, None, None, xp, op, *scalars)
+
+
+# --------------------------------------------------------------------------------------------------
+# The gather variant: one lane per output element, the input read where it lies, no shared memory and
+# no barrier. Reads are not coalesced in general, which costs nothing on a launch-bound tiny or thin
+# case (a few dozen sectors) and saves the tile's shared-memory round trip: the shortest program there
+# is. ``tileflip.transpose(..., backend="triton-gather")``; ``auto`` picks it where it measured fastest.
+# --------------------------------------------------------------------------------------------------
+
+GATHER_BLOCK = 1024
+GATHER_WARPS = 4
+
+
+@triton.jit(do_not_specialize=["total"])
+def transpose_gather_kernel(
+    x_ptr,
+    out_ptr,
+    M,
+    N,
+    stride_xm,
+    stride_xn,
+    stride_om,
+    total,
+    BLOCK: tl.constexpr,
+    INDEX_64: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    if INDEX_64:
+        pid = pid.to(tl.int64)
+    o = pid * BLOCK + tl.arange(0, BLOCK)  # output element, row-major over (N, M)
+    mask = o < total
+    j = o // M  # output row = input column
+    i = o - j * M  # output column = input row
+    tl.store(out_ptr + j * stride_om + i, tl.load(x_ptr + i * stride_xm + j * stride_xn, mask=mask), mask=mask)
+
+
+def launch_gather(x, out) -> None:
+    """The gather variant; same contract as ``launch``."""
+    M, N = x.shape
+    sxm, sxn = x.stride()
+    launch_gather_known(x, out, M, N, sxm, sxn, out.stride(0))
+
+
+def launch_gather_known(x, out, M: int, N: int, sxm: int, sxn: int, som: int) -> None:
+    total = M * N
+    programs = (total + GATHER_BLOCK - 1) // GATHER_BLOCK
+    wide = needs_index_64(M, N, sxm, sxn, som) or total > INT32_LIMIT
+    scalars = (M, N, sxm, sxn, som, total, GATHER_BLOCK, wide)
+    if _INTERPRETED:
+        transpose_gather_kernel[(programs,)](as_uint(x), as_uint(out), *scalars, num_warps=GATHER_WARPS)
+        return
+    xp, op = x.data_ptr(), out.data_ptr()
+    key = ("gather", x.element_size(), spec_key(M), spec_key(N), spec_key(sxm), spec_key(sxn), spec_key(som),
+           xp % 16 == 0, op % 16 == 0, wide, x.get_device())  # fmt: skip
+    _launch(transpose_gather_kernel, key, programs, x, out, xp, op, scalars, GATHER_WARPS)
 
 
 def launches_compiled() -> int:
@@ -160,8 +221,9 @@ def launches_compiled() -> int:
 
 
 def compiled_kernels() -> dict:
-    """Every compiled class of the fast path: launch key -> triton's compiled kernel (TTGIR, cubin)."""
-    return {key: v[-1] if type(v) is tuple else v for key, v in _compiled.items()}
+    """Every compiled class of the tile kernel: launch key (TileConfig, element size, ...) -> triton's
+    compiled kernel (TTGIR, cubin)."""
+    return {key: v[-1] if type(v) is tuple else v for key, v in _compiled.items() if key[0] != "gather"}
 
 
 def launches_direct() -> int:
