@@ -54,12 +54,13 @@ THIN_WARPS = 4
 
 
 def shape_class(M: int, N: int, element_size: int) -> str:
-    """``thin`` (a side under THIN_SIDE), ``tiny`` (under TINY_BYTES) or ``large``."""
-    if min(M, N) < THIN_SIDE:
-        return "thin"
+    """The class ``auto`` is tabled by. Under TINY_BYTES (launch-bound): ``sliver`` (a side under 8),
+    ``thin`` (a side under THIN_SIDE) or ``tiny``; else ``thin-large`` (a side under THIN_SIDE) or
+    ``large``."""
+    short = M if M < N else N
     if M * N * element_size < TINY_BYTES:
-        return "tiny"
-    return "large"
+        return "sliver" if short < 8 else ("thin" if short < THIN_SIDE else "tiny")
+    return "thin-large" if short < THIN_SIDE else "large"
 
 
 def _pow2_at_least(n: int) -> int:
