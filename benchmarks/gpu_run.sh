@@ -21,8 +21,9 @@ for step in "$@"; do
   case $step in
     env) run env 60 python3 -c "import torch, triton, sys; print(sys.version, torch.__version__, triton.__version__, torch.cuda.get_device_name(), torch.cuda.device_count())" ;;
     xdist) run xdist 60 python3 -m pip install -q --no-index .wheels/execnet-*.whl .wheels/pytest_xdist-*.whl ;;
-    tests-par) run tests-par 380 python3 -m pytest -m "gpu and not multigpu" -q -p no:cacheprovider -n 8 --maxfail=20 ;;
+    tests-par) run tests-par 380 python3 -m pytest -m "gpu and not multigpu" -q -p no:cacheprovider -n 8 --maxfail=20 -rs ;;
     tests-2d) run tests-2d 240 python3 -m pytest -m gpu -q -p no:cacheprovider -n 4 tests/test_transpose.py tests/test_cuda_launch_gpu.py tests/test_compile.py ;;
+    tests-multi) run tests-multi 200 python3 -m pytest -m multigpu -q -p no:cacheprovider -rs ;;
     tests) run tests 540 python3 -m pytest -m "gpu and not multigpu" -q -p no:cacheprovider --maxfail=20 --durations=5 ;;
     device) run device 120 python3 benchmarks/measure_device.py && cp src/tileflip/data/h200.json "$OUT/" ;;
     analyze) run analyze-16384x16384-float32 120 python3 -m tileflip.cli analyze --measure --shape 16384x16384 --dtype float32
