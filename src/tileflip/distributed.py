@@ -37,7 +37,10 @@ int16, uint16, uint32, uint64: "Invalid scalar type").
 
 Chunks and streams. ``chunks=K`` cuts each rank's rows (transpose) or sequence shard into K pieces and
 moves them with K all-to-alls; ``chunks="auto"`` (the default) picks K from the largest rank's bytes:
-one chunk per ``AUTO_CHUNK_BYTES`` (128 MiB), at most ``AUTO_MAX_CHUNKS`` (4). The pieces the first
+one chunk per ``AUTO_CHUNK_BYTES`` (128 MiB), at most ``AUTO_MAX_CHUNKS`` (1 since the H200 run of
+2026-11-30: with 1 GiB per rank on 2 GPUs, 1 chunk took 1.40-1.42x the bare all-to-all and 4 chunks
+1.52-1.68x, 2 chunks won only the bf16 odd-N transpose, 1.36x; the host time per chunk, ~0.3 ms, and
+NCCL's kernels sharing SMs with the packs cost more than the overlap saves). The pieces the first
 pack and the last unpack handle are on the critical path, 1/K of the work each, while every chunk
 costs a collective's fixed latency and host time (a pack launch, the collective's enqueue, an unpack
 launch, two events and stream switches: of the order of 0.1 ms), and the host must stay ahead of the
@@ -110,7 +113,7 @@ OP, STATUS, DTYPE, CHUNKS, D0, D1, D2, D3, EXTRA = range(9)
 _META_LEN = 9
 
 AUTO_CHUNK_BYTES = 128 << 20
-AUTO_MAX_CHUNKS = 4
+AUTO_MAX_CHUNKS = 1  # measured: see the module docstring
 
 _side_groups: dict = {}
 _streams: dict = {}
