@@ -28,6 +28,17 @@ TRITON_BACKENDS = ("triton", "triton-gather")
 CUDA_BACKENDS = {"cuda-naive": "naive", "cuda-tiled": "tiled", "cuda-tiled-nopad": "tiled_nopad"}
 
 _triton_module = None
+_cuda_module = None
+
+
+def _cuda():
+    # Imported on first use: cuda-python is an optional extra.
+    global _cuda_module
+    if _cuda_module is None:
+        from tileflip.kernels import cuda_transpose
+
+        _cuda_module = cuda_transpose
+    return _cuda_module
 
 
 def _triton():
@@ -177,23 +188,24 @@ def _fast_cuda(x: torch.Tensor, out, backend: str):
     if _gpu_count is None or (_gpu_count > 1 and device != torch.cuda.current_device()):
         return None
     sxm, sxn = x.stride()
+    x0 = x.data_ptr()
     if out is None:
         out = x.new_empty((N, M))
+        o0 = out.data_ptr()
     else:
         if (type(out) is not torch.Tensor or out.shape != (N, M) or out.dtype != x.dtype or out.get_device() != device
                 or not out.is_contiguous()):  # fmt: skip
             return None
-        x0, o0 = x.data_ptr(), out.data_ptr()
+        o0 = out.data_ptr()
         if o0 < x0 + ((M - 1) * sxm + (N - 1) * sxn + 1) * es and x0 < o0 + M * N * es:
             return None  # overlap: the checked path says so
     if backend == "triton":
-        _triton().launch_known(x, out, M, N, sxm, sxn, M, tuning.triton_config(es, shape, sxm))
+        (_triton_module or _triton()).launch_known(x, out, x0, o0, M, N, sxm, sxn, M, es, device,
+                                                   tuning.triton_config(es, shape, sxm))  # fmt: skip
     elif backend == "triton-gather":
-        _triton().launch_gather_known(x, out, M, N, sxm, sxn, M)
+        (_triton_module or _triton()).launch_gather_known(x, out, M, N, sxm, sxn, M)
     elif backend in CUDA_BACKENDS:
-        from tileflip.kernels import cuda_transpose
-
-        cuda_transpose.launch_known(x, out, M, N, sxm, sxn, device, CUDA_BACKENDS[backend])
+        (_cuda_module or _cuda()).launch_known(x, out, M, N, sxm, sxn, device, CUDA_BACKENDS[backend])
     elif backend == "torch":
         out.copy_(x.t())
     else:

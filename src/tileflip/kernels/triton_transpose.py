@@ -24,7 +24,7 @@ import triton
 import triton.language as tl
 
 from tileflip.dtypes import as_uint
-from tileflip.kernels.triton_common import current_stream, is_interpreted_kernel, spec_key
+from tileflip.kernels.triton_common import current_stream, is_interpreted_kernel
 
 
 # grid_m and grid_n only decode the program id: their divisibility buys nothing, and leaving them
@@ -124,40 +124,63 @@ def launch(x, out, config) -> None:
     """
     M, N = x.shape
     sxm, sxn = x.stride()
-    launch_known(x, out, M, N, sxm, sxn, out.stride(0), config)
+    launch_known(x, out, x.data_ptr(), out.data_ptr(), M, N, sxm, sxn, out.stride(0), x.element_size(),
+                 x.get_device(), config)  # fmt: skip
 
 
-def launch_known(x, out, M: int, N: int, sxm: int, sxn: int, som: int, config) -> None:
-    """``launch`` with the sizes and strides the caller has already read (``tileflip.ops``'s fast path)."""
+def _spec(M: int, N: int, sxm: int, sxn: int, som: int, xp: int, op: int) -> tuple:
+    """Triton's specialization of the integer arguments and pointers (``triton_common.spec_key``) as one
+    tuple: equal to 1, divisible by 16 (values past int32 need INDEX_64, which is in the key too)."""
+    return (M == 1, N == 1, sxm == 1, sxn == 1, som == 1, M & 15 == 0, N & 15 == 0, sxm & 15 == 0, sxn & 15 == 0,
+            som & 15 == 0, xp & 15 == 0, op & 15 == 0)  # fmt: skip
+
+
+def launch_known(x, out, xp: int, op: int, M: int, N: int, sxm: int, sxn: int, som: int, es: int, device: int,
+                 config) -> None:  # fmt: skip
+    """``launch`` with the addresses, sizes, strides and device the caller has already read (the launch
+    path of ``tileflip.ops``: every Python call and attribute read there is host time)."""
     block_m, block_n = config[0], config[1]
     grid_m = (M + block_m - 1) // block_m
     grid_n = (N + block_n - 1) // block_n
-    wide = needs_index_64(M, N, sxm, sxn, som)
+    wide = max((M - 1) * sxm + (N - 1) * sxn, (N - 1) * som + M - 1) > INT32_LIMIT  # needs_index_64, inlined
     scalars = (M, N, sxm, sxn, som, grid_m, grid_n, block_m, block_n, config[3], wide, config[4])
     if _INTERPRETED:
         transpose_2d_kernel[(grid_m * grid_n,)](as_uint(x), as_uint(out), *scalars, num_warps=config.num_warps)
         return
-    xp, op = x.data_ptr(), out.data_ptr()
-    key = (config, x.element_size(), spec_key(M), spec_key(N), spec_key(sxm), spec_key(sxn), spec_key(som),
-           xp % 16 == 0, op % 16 == 0, wide, x.get_device())  # fmt: skip
-    _launch(transpose_2d_kernel, key, grid_m * grid_n, x, out, xp, op, scalars, config.num_warps)
+    key = (config, es, wide, device, *_spec(M, N, sxm, sxn, som, xp, op))
+    fast = _compiled.get(key)
+    if type(fast) is tuple:
+        c_launch, function, cooperative, pdl, metadata, _ = fast
+        c_launch(grid_m * grid_n, 1, 1, _raw_stream(device), function, cooperative, pdl, None, None, metadata,
+                 None, None, None, xp, op, *scalars)  # fmt: skip
+    else:
+        _launch(transpose_2d_kernel, key, grid_m * grid_n, x, out, xp, op, scalars, config.num_warps)
 
 
 def _launch(kernel_fn, key, programs: int, x, out, xp: int, op: int, scalars: tuple, num_warps: int) -> None:
-    """Launch a compiled class through its C launcher, compiling it on first use (on the integer views)."""
+    """Launch a compiled class through its C launcher, compiling it on first use (on the integer views).
+    ``key[3]`` is the device."""
     fast = _compiled.get(key)
     if fast is None:
         # Compiled on the unsigned-integer views: one kernel per element size serves every dtype.
         kernel = kernel_fn[(programs,)](as_uint(x), as_uint(out), *scalars, num_warps=num_warps)
         _compiled[key] = _fast_launcher(kernel) or kernel
         return
-    stream = current_stream(key[-1])
+    stream = current_stream(key[3])
     if type(fast) is tuple:
         c_launch, function, cooperative, pdl, metadata, _ = fast
         c_launch(programs, 1, 1, stream, function, cooperative, pdl, None, None, metadata, None, None, None,
                  xp, op, *scalars)  # fmt: skip
     else:
         fast.run(programs, 1, 1, stream, fast.function, fast.packed_metadata, None, None, None, xp, op, *scalars)
+
+
+def _raw_stream(device: int) -> int:
+    global _raw_stream
+    from torch._C import _cuda_getCurrentRawStream
+
+    _raw_stream = _cuda_getCurrentRawStream  # looked up once: CPU builds of torch lack it
+    return _raw_stream(device)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -210,8 +233,7 @@ def launch_gather_known(x, out, M: int, N: int, sxm: int, sxn: int, som: int) ->
         transpose_gather_kernel[(programs,)](as_uint(x), as_uint(out), *scalars, num_warps=GATHER_WARPS)
         return
     xp, op = x.data_ptr(), out.data_ptr()
-    key = ("gather", x.element_size(), spec_key(M), spec_key(N), spec_key(sxm), spec_key(sxn), spec_key(som),
-           xp % 16 == 0, op % 16 == 0, wide, x.get_device())  # fmt: skip
+    key = ("gather", x.element_size(), wide, x.get_device(), *_spec(M, N, sxm, sxn, som, xp, op))
     _launch(transpose_gather_kernel, key, programs, x, out, xp, op, scalars, GATHER_WARPS)
 
 
