@@ -32,6 +32,8 @@ for step in "$@"; do
     tests-new) run tests-new 240 python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_permute.py tests/test_cast_transpose.py tests/test_transpose.py ;;
     analyze-json) for s in "16384x16384 float32" "4096x4096 float32" "16384x16384 bfloat16"; do
                set -- $s; run "analyze-$1-$2" 120 sh -c "python3 -m tileflip.cli analyze --measure --no-ncu --json --shape $1 --dtype $2 > $OUT/analyze-$1-$2.json"; done ;;
+    fold1) mkdir -p "$OUT/fold1"; run fold1-random 200 python3 benchmarks/permute_fold_variant.py 1 permute-random "$OUT/fold1"
+           run fold1-named 120 python3 benchmarks/permute_fold_variant.py 1 permute "$OUT/fold1" ;;
     tune) run tune 240 python3 -m tileflip.tune --out "$OUT/tune.json" ;;
     bench-2d) run bench-2d 420 python3 -m tileflip.cli bench --suite 2d --quick --out "$OUT" ;;
     bench-host) run bench-host 120 python3 -m tileflip.cli bench --suite host --out "$OUT" ;;

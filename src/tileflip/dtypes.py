@@ -48,4 +48,4 @@ def as_uint(t: torch.Tensor) -> torch.Tensor:
     return t.view(UINT_OF_SIZE[t.element_size()])
 
 # Bytes per element of each supported dtype (read on every call's path: a dict lookup, no tensor made).
-ELEMENT_SIZE = {d: torch.empty((), dtype=d).element_size() for d in SUPPORTED}
+ELEMENT_SIZE = {d: d.itemsize for d in SUPPORTED}
