@@ -39,7 +39,7 @@ for step in "$@"; do
     bench-host) run bench-host 120 python3 -m tileflip.cli bench --suite host --out "$OUT" ;;
     bench-permute) run bench-permute 200 python3 -m tileflip.cli bench --suite permute --quick --out "$OUT" ;;
     bench-permute-random) run bench-permute-random 300 python3 -m tileflip.cli bench --suite permute-random --quick --out "$OUT" ;;
-    bench-cast-tiles) run bench-cast-tiles 200 python3 -m tileflip.cli bench --suite cast --quick --out "$OUT" --tiles 128x256w8,256x128w8,64x256w4,128x128w8,128x256w16 ;;
+    bench-cast-tiles) run bench-cast-tiles 200 python3 -m tileflip.cli bench --suite cast --quick --out "$OUT" --tiles 128x128w8g4,128x128w8g8,128x128w8g16,64x128w8,128x64w8 ;;
     bench-cast) run bench-cast 200 python3 -m tileflip.cli bench --suite cast --quick --out "$OUT" ;;
     tests-compile) run tests-compile 120 python3 -m pytest -m gpu -q -p no:cacheprovider "tests/test_transpose.py::test_no_recompile_for_new_shapes_of_a_class" ;;
     dist-tests) run dist-tests 200 python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_distributed.py ;;

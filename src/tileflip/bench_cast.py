@@ -173,7 +173,8 @@ def cli(argv: list[str]) -> int:
     p.add_argument("--shapes", default=",".join(f"{m}x{n}" for m, n in SHAPES), help="comma-separated MxN")
     p.add_argument("--rounds", type=int, default=3, help="interleaved rounds per shape (default 3)")
     p.add_argument("--quick", action="store_true", help="shorter repetitions")
-    p.add_argument("--tiles", default="", help="extra tile configs to time, comma-separated BMxBNwW (e.g. 64x128w8)")
+    p.add_argument("--tiles", default="",
+                   help="extra tile configs to time, comma-separated BMxBNwW[gG] (e.g. 64x128w8, 128x128w8g8)")
     p.add_argument("--out", default="benchmarks/results", help="folder for the JSON")
     args = p.parse_args(argv)
     import torch
@@ -186,9 +187,10 @@ def cli(argv: list[str]) -> int:
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
     configs = {}
     for spec in filter(None, args.tiles.split(",")):
-        tile, warps = spec.split("w")
+        tile, rest = spec.split("w")
+        warps, _, group = rest.partition("g")  # BMxBNwW or BMxBNwWgG (bands of G tile rows)
         bm, bn = (int(v) for v in tile.split("x"))
-        configs[spec] = TileConfig(bm, bn, int(warps))
+        configs[spec] = TileConfig(bm, bn, int(warps), int(group or 1))
     log = functools.partial(print, file=sys.stderr, flush=True)
     records = measure_cast(shapes, args.rounds, args.quick, log, configs=configs)
     print(table(records))
