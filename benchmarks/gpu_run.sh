@@ -23,7 +23,6 @@ for step in "$@"; do
     xdist) run xdist 60 python3 -m pip install -q --no-index .wheels/execnet-*.whl .wheels/pytest_xdist-*.whl ;;
     tests-par) run tests-par 380 python3 -m pytest -m "gpu and not multigpu" -q -p no:cacheprovider -n 8 --maxfail=20 -rs ;;
     tests-2d) run tests-2d 240 python3 -m pytest -m gpu -q -p no:cacheprovider -n 4 tests/test_transpose.py tests/test_cuda_launch_gpu.py tests/test_compile.py ;;
-    tests-cast) run tests-cast 200 python3 -m pytest -m gpu -q -p no:cacheprovider -n 4 tests/test_cast_transpose.py ;;
     tests-multi) run tests-multi 200 python3 -m pytest -m multigpu -q -p no:cacheprovider -rs ;;
     tests) run tests 540 python3 -m pytest -m "gpu and not multigpu" -q -p no:cacheprovider --maxfail=20 --durations=5 ;;
     device) run device 120 python3 benchmarks/measure_device.py && cp src/tileflip/data/h200.json "$OUT/" ;;

@@ -74,21 +74,13 @@ def assert_amax_equal(actual, expected):
 
 
 def check(x, dtype, scale=None, *, config=None, hw_cvt=None):
-    """Launch into poisoned outputs and compare y, y_t and amax with the reference, with one amax partial
-    per program and with the partials folded into one int32 (``amax_buffer``: the atomic max of
-    ``cast_transpose``). On a GPU the per-program case runs twice: the first launch compiles, the
-    second takes the launcher's fast path."""
+    """Launch into poisoned outputs and compare y, y_t and amax with the reference. On a GPU the case
+    runs twice: the first launch compiles, the second takes the launcher's fast path."""
     M, N = x.shape
     want = reference(x, dtype, scale)
-    programs = kernels.num_programs(M, N, x.element_size(), config)
-    for amax_mode in ["partials"] * (2 if x.is_cuda else 1) + ["folded"]:
+    for _ in range(2 if x.is_cuda else 1):
         y, y_t = poisoned((M, N), dtype, x.device), poisoned((N, M), dtype, x.device)
-        if amax_mode == "partials":
-            partials = poisoned((programs,), torch.int32, x.device)
-        else:
-            partials = kernels.amax_buffer(M, N, x.element_size(), x.device, config)
-            if programs == 1:
-                partials.fill_(-1)  # one program stores its partial: poison what it must overwrite
+        partials = poisoned((kernels.num_programs(M, N, x.element_size(), config),), torch.int32, x.device)
         kernels.launch(x, y, y_t, partials, 1.0 if scale is None else scale, dtype, config, hw_cvt=hw_cvt)
         assert_fp8_equal(y, want[0], x)
         assert_fp8_equal(y_t, want[1])
@@ -451,8 +443,7 @@ for x_dtype in (torch.bfloat16, torch.float16, torch.float32):
             assert loads.count(".v4") * 16 == per_thread * x_dtype.itemsize, "x is read once, in 16-byte loads"
             assert len(loads) == loads.count(".v4") + 1, "the only other load is the scale's"
             stores = re.findall(r"st\\.global(?:\\.v(\\d))?\\.b32", ptx)
-            assert stores.count("") == 0, "no scalar store: the amax partial is folded by an atomic max"
-            assert len(re.findall(r"(?:atom|red)\\.[\\w.]*max", ptx)) == 1, "one atomic max: the amax partial"
+            assert stores.count("") == 1, "one scalar store: the amax partial"
             assert sum(4 * int(v) for v in stores if v) == 2 * per_thread, "y and y_t written once, in vectors"
             assert len(re.findall(r"ld\\.shared\\.b8", ptx)) == 0, "y_t is transposed as 32-bit words, not bytes"
             ops = sass_ops(kernel.asm["cubin"])

@@ -3,8 +3,7 @@
 FP8 training keeps each tensor in fp8 twice, row-major and transposed (Hopper's fp8 matrix
 instructions want K-major operands), and needs max|x| for the next scale. As separate torch ops that
 reads x several times; here one Triton kernel reads each tile once and writes it twice, and the amax
-comes from per-program partials folded into one int32 by an atomic max (zeroing that int32 is the
-only other kernel).
+comes from one int32 partial per program (a reduction over those partials is the only other kernel).
 
 The conversion rule, exact on every input: ``y`` holds the bits torch gives for
 ``(x.float() * scale).clamp(-fmax, fmax).to(dtype)``, with the product taken in fp32 (a Python float
@@ -113,7 +112,7 @@ def cast_transpose(
     kernels = _kernels()
     partials = None
     if amax:
-        partials = kernels.amax_buffer(M, N, x.element_size(), x.device)
+        partials = torch.empty(kernels.num_programs(M, N, x.element_size()), dtype=torch.int32, device=x.device)
     if x.device.type == "cuda" and x.device.index != torch.cuda.current_device():
         with torch.cuda.device(x.device):
             kernels.launch(x, y, y_t, partials, scale, dtype)

@@ -3,9 +3,7 @@
 One program owns one BLOCK_M x BLOCK_N tile of x: it reads the tile once, scales it in fp32, converts
 it once to fp8 bytes, and stores the bytes twice, row-major into ``y`` and transposed into ``y_t``.
 The same tile also yields the program's partial of ``max|x|``, so the amax needs no second pass over
-x: the programs fold their partials into one zeroed int32 with an atomic max (``amax_buffer``; a
-launch of one program stores it), or, given one int32 per program, a reduction follows
-(``finalize_amax``).
+x, only a reduction over one int32 per program (``finalize_amax``).
 
 Tile structure (what makes the transpose cheap): the tile is loaded as four row sets, rows 4i + k for
 k = 0..3, four loads of one shape and layout, so every thread holds the same (i, n) slots of all four.
@@ -220,7 +218,6 @@ def cast_transpose_kernel(
     SCALE_FROM_PTR: tl.constexpr,
     STORE_T: tl.constexpr,
     WITH_AMAX: tl.constexpr,
-    AMAX_ATOMIC: tl.constexpr,
     HW_CVT: tl.constexpr,
     T_WORDS: tl.constexpr,
     BLOCK_M: tl.constexpr,
@@ -286,11 +283,7 @@ def cast_transpose_kernel(
         u0, u1 = b0.to(tl.uint32, bitcast=True), b1.to(tl.uint32, bitcast=True)
         u2, u3 = b2.to(tl.uint32, bitcast=True), b3.to(tl.uint32, bitcast=True)
         top_u = tl.max(tl.maximum(tl.maximum(u0, u1), tl.maximum(u2, u3))).to(tl.int32, bitcast=True)
-        top = tl.maximum(top_s & 0x7FFFFFFF, top_u & 0x7FFFFFFF)
-        if AMAX_ATOMIC:
-            tl.atomic_max(amax_ptr, top)  # into one zeroed int32: no reduction kernel after this one
-        else:
-            tl.store(amax_ptr + pid, top)
+        tl.store(amax_ptr + pid, tl.maximum(top_s & 0x7FFFFFFF, top_u & 0x7FFFFFFF))
 
 
 def is_interpreted() -> bool:
@@ -315,9 +308,7 @@ _compiled: dict = {}
 def launch(x, y, y_t, partials, scale, dtype, config: TileConfig | None = None, *, hw_cvt: bool | None = None) -> None:
     """Cast the 2-D x (fp32/fp16/bf16, any strides, non-empty) into the contiguous fp8 ``y`` (M x N)
     and, when ``y_t`` is not None, ``y_t`` (N x M); when ``partials`` is not None, write each
-    program's amax partial into it (int32, one per program, ``num_programs`` of them), or, when it
-    has a single element and the launch more than one program, fold the partials into that element
-    with an atomic max (it must hold 0 on entry: ``amax_buffer`` makes one).
+    program's amax partial into it (int32, one per program, ``num_programs`` of them).
 
     ``scale`` is a Python float or a 0-d fp32 tensor on x's device. ``hw_cvt`` picks the conversion:
     True the hardware's (GPUs of compute capability 8.9 and later), False the integer one, None the
@@ -343,10 +334,9 @@ def launch(x, y, y_t, partials, scale, dtype, config: TileConfig | None = None, 
     t_words = y_t is not None and M % 4 == 0 and y_t.data_ptr() % 4 == 0
     yt_arg = y_u if y_t is None else (as_uint(y_t).view(torch.int32) if t_words else as_uint(y_t))
     amax_t = partials if partials is not None else scale_t.view(torch.int32)
-    programs = grid.programs
-    atomic = partials is not None and partials.numel() == 1 and programs > 1
-    flags = (*FORMATS[dtype], from_ptr, y_t is not None, partials is not None, atomic, bool(hw_cvt), t_words)
+    flags = (*FORMATS[dtype], from_ptr, y_t is not None, partials is not None, bool(hw_cvt), t_words)
     args = (M, N, sxm, sxn, grid.grid_m, grid.grid_n, *flags, config.block_m, config.block_n, config.group_m)
+    programs = grid.programs
     if _INTERPRETED:
         cast_transpose_kernel[(programs,)](x, y_u, yt_arg, amax_t, scale_t, scale_v, *args, num_warps=config.num_warps)
         return
@@ -397,14 +387,6 @@ def num_programs(M: int, N: int, element_size: int, config: TileConfig | None = 
     return transpose_grid(M, N, config.block_m, config.block_n, config.group_m).programs
 
 
-def amax_buffer(M: int, N: int, element_size: int, device, config: TileConfig | None = None) -> torch.Tensor:
-    """The one-int32 amax buffer of a launch: zeroed for the atomic max of several programs (one small
-    fill), left as allocated when one program writes it."""
-    if num_programs(M, N, element_size, config) > 1:
-        return torch.zeros(1, dtype=torch.int32, device=device)
-    return torch.empty(1, dtype=torch.int32, device=device)
-
-
 def finalize_amax(partials: torch.Tensor) -> torch.Tensor:
     """max|x| as a 0-d fp32 tensor from the per-program partials (bits of non-negative floats as int32:
     their integer max is the float max, NaN included). One partial needs no reduction kernel."""
@@ -451,7 +433,7 @@ def compile_for_target(
     ints = ["M", "N", "stride_xm", "grid_m", "grid_n"]
     bias, man, fmax_bits = FORMATS[dtype]
     constexprs = {"stride_xn": 1, "BIAS": bias, "MAN": man, "FMAX_BITS": fmax_bits,
-                  "SCALE_FROM_PTR": scale_from_ptr, "STORE_T": transpose, "WITH_AMAX": amax, "AMAX_ATOMIC": amax,
+                  "SCALE_FROM_PTR": scale_from_ptr, "STORE_T": transpose, "WITH_AMAX": amax,
                   "HW_CVT": hw_cvt, "T_WORDS": t_words,
                   "BLOCK_M": config.block_m, "BLOCK_N": config.block_n, "GROUP_M": config.group_m}  # fmt: skip
     signature = pointers | {"scale_value": "fp32"} | dict.fromkeys(ints, "i32") | dict.fromkeys(constexprs, "constexpr")
