@@ -200,12 +200,11 @@ def _fast_cuda(x: torch.Tensor, out, backend: str):
         if o0 < x0 + ((M - 1) * sxm + (N - 1) * sxn + 1) * es and x0 < o0 + M * N * es:
             return None  # overlap: the checked path says so
     if backend == "triton":
-        (_triton_module or _triton()).launch_known(x, out, x0, o0, M, N, sxm, sxn, M, es, device,
-                                                   tuning.triton_config(es, shape, sxm))  # fmt: skip
+        _triton().launch_known(x, out, x0, o0, M, N, sxm, sxn, M, es, device, tuning.triton_config(es, shape, sxm))
     elif backend == "triton-gather":
-        (_triton_module or _triton()).launch_gather_known(x, out, M, N, sxm, sxn, M)
+        _triton().launch_gather_known(x, out, M, N, sxm, sxn, M)
     elif backend in CUDA_BACKENDS:
-        (_cuda_module or _cuda()).launch_known(x, out, M, N, sxm, sxn, device, CUDA_BACKENDS[backend])
+        _cuda().launch_known(x, out, M, N, sxm, sxn, device, CUDA_BACKENDS[backend])
     elif backend == "torch":
         out.copy_(x.t())
     else:

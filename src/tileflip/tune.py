@@ -36,10 +36,23 @@ def candidates(element_size: int) -> list[tuning.TileConfig]:
     return out
 
 
-def sweep(element_sizes, log) -> list[dict]:
+def _measure(x, out, src, dst, config, about: dict, log) -> dict:
+    """One configuration on one shape: its time and a same-run copy's, checked exact."""
     import torch
 
     from tileflip.kernels import triton_transpose
+
+    copy_ms = _time(lambda: dst.copy_(src), True)[0]
+    ms = _time(lambda: triton_transpose.launch(x, out, config), True)[0]
+    assert torch.equal(out, x.t()), f"wrong result for {config} on {about['shape']}"
+    row = dict(about, config=list(config), ms=ms, copy_ms=copy_ms, fraction_of_copy=copy_ms / ms,
+               gbps=2 * x.numel() * x.element_size() / ms / 1e6)  # fmt: skip
+    log(f"{about['element_size']} B {about['shape']} {row['config']}: {row['fraction_of_copy']:.1%}")
+    return row
+
+
+def sweep(element_sizes, log) -> list[dict]:
+    import torch
 
     dtype_of = {1: "uint8", 2: "uint16", 4: "uint32", 8: "uint64"}
     meta = _meta()
@@ -51,27 +64,14 @@ def sweep(element_sizes, log) -> list[dict]:
                 out = torch.empty(shape[::-1], dtype=x.dtype, device="cuda")
                 src = torch.empty(x.numel() * es, dtype=torch.uint8, device="cuda")
                 dst = torch.empty_like(src)
-                nbytes = 2 * x.numel() * es
-                mine = []
-                todo = candidates(es)
-                while todo:
-                    config = todo.pop(0)
-                    copy_ms = _time(lambda d=dst, s=src: d.copy_(s), True)[0]
-                    ms = _time(lambda c=config, x=x, o=out: triton_transpose.launch(x, o, c), True)[0]
-                    assert torch.equal(out, x.t()), f"wrong result for {config} on {shape}"
-                    row = dict(meta, element_size=es, shape_class=cls, shape=list(shape),
-                               config=list(config),
-                               ms=ms, copy_ms=copy_ms, fraction_of_copy=copy_ms / ms,
-                               gbps=nbytes / ms / 1e6)  # fmt: skip
-                    rows.append(row)
-                    mine.append(row)
-                    log(f"{es} B {shape} {row['config']}: {row['fraction_of_copy']:.1%}")
-                    if not todo and not any(r["config"][3] != 1 or r["config"][4] != 1 for r in mine):
-                        # Second pass over the three best: every tile masked (fewer registers), and
-                        # programs in bands of 8 tile rows.
-                        best = sorted(mine, key=lambda r: -r["fraction_of_copy"])[:3]
-                        todo = [tuning.TileConfig(*r["config"][:3], 1, 0) for r in best]
-                        todo += [tuning.TileConfig(*r["config"][:3], 8, 1) for r in best]
+                about = dict(meta, element_size=es, shape_class=cls, shape=list(shape))
+                mine = [_measure(x, out, src, dst, config, about, log) for config in candidates(es)]
+                # Second pass over the three best: every tile masked (fewer registers), and programs in
+                # bands of 8 tile rows.
+                best = [r["config"][:3] for r in sorted(mine, key=lambda r: -r["fraction_of_copy"])[:3]]
+                variants = [tuning.TileConfig(*c, 1, 0) for c in best] + [tuning.TileConfig(*c, 8, 1) for c in best]
+                mine += [_measure(x, out, src, dst, variant, about, log) for variant in variants]
+                rows += mine
                 del x, out, src, dst
                 torch.cuda.empty_cache()
     return rows

@@ -69,11 +69,15 @@ def _pow2_at_least(n: int) -> int:
 
 def thin_config(M: int, N: int) -> TileConfig:
     """The tile of a thin shape: the short side covered by one power of two (>= 2), the long side as
-    long as THIN_TILE_ELEMENTS allows. Its block sizes depend only on that power of two, so each
-    thin class (side, power of two, Triton's specialization keys) compiles once."""
-    short = _pow2_at_least(min(M, N))
+    long as THIN_TILE_ELEMENTS allows. Its block sizes depend only on that power of two and on which
+    side is short, so each thin class (side, power of two, Triton's specialization keys) compiles once."""
+    return _thin(M < N, _pow2_at_least(M if M < N else N))
+
+
+@lru_cache(maxsize=64)
+def _thin(wide: bool, short: int) -> TileConfig:
     long = max(THIN_TILE_ELEMENTS // short, 16)
-    return TileConfig(short, long, THIN_WARPS) if M <= N else TileConfig(long, short, THIN_WARPS)
+    return TileConfig(short, long, THIN_WARPS) if wide else TileConfig(long, short, THIN_WARPS)
 
 
 @lru_cache(maxsize=1)
@@ -98,15 +102,10 @@ def triton_config(element_size: int, shape: tuple | None = None, row_stride: int
         return _config(element_size, "large")
     M, N = shape
     if M < THIN_SIDE or N < THIN_SIDE:
-        return _thin(M < N, _pow2_at_least(M if M < N else N))
+        return thin_config(M, N)
     if M * N * element_size < TINY_BYTES:
         return _config(element_size, "tiny")
     return _config(element_size, "unaligned" if row_stride % 16 else "large")
-
-
-@lru_cache(maxsize=64)
-def _thin(wide: bool, short: int) -> TileConfig:
-    return thin_config(short, THIN_SIDE) if wide else thin_config(THIN_SIDE, short)
 
 
 def auto_backend(x) -> str:

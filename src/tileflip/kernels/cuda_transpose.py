@@ -113,4 +113,4 @@ def launch_known(x, out, M: int, N: int, sxm: int, sxn: int, device: int, varian
     block = params.block
     block.x, block.out, block.M, block.N, block.sxm, block.sxn, block.grid_n = (
         x.data_ptr(), out.data_ptr(), M, N, sxm, sxn, grid_n)  # fmt: skip
-    nvrtc.launch_with_params(kernel, (programs, 1, 1), GEOMETRY[variant][2], current_stream(device), params.address)
+    nvrtc.launch(kernel, (programs, 1, 1), GEOMETRY[variant][2], current_stream(device), params.address)

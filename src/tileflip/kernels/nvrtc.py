@@ -8,7 +8,7 @@ imports without it; the ``tileflip[cuda]`` extra installs it together with the N
   covering everything that changes the binary, so other processes skip NVRTC entirely.
 * ``get_kernel(path, name, device, arch)`` loads a cubin with ``cuLibraryLoadData``, whose libraries are
   not tied to a CUDA context, and returns the kernel handle; handles are cached per process.
-* ``launch(kernel, grid, block, stream, args)`` calls ``cuLaunchKernel``.
+* ``launch(kernel, grid, block, stream, params)`` calls ``cuLaunchKernel`` with laid-out parameters.
 
 Every failing CUDA or NVRTC call raises ``CudaError`` naming the call and the error.
 """
@@ -210,19 +210,10 @@ def get_kernel(path, name: str, device: int, arch: int):
         return _kernels[key]
 
 
-def launch(kernel, grid: tuple[int, int, int], block: tuple[int, int, int], stream: int, args: tuple) -> None:
+def launch(kernel, grid: tuple, block: tuple, stream: int, params: int) -> None:
     """Launch ``kernel`` on ``stream`` (a raw ``cudaStream_t`` value, 0 for the legacy default stream).
-
-    ``args`` is ``((values...), (ctypes types...))``: cuda-python packs that form straight into the
-    parameter buffer, without building one ctypes object per argument in Python.
-    """
-    driver, _ = _bindings()
-    _check("cuLaunchKernel", driver.cuLaunchKernel(kernel, *grid, *block, 0, stream, args, 0))
-
-
-def launch_with_params(kernel, grid: tuple, block: tuple, stream: int, params: int) -> None:
-    """``launch`` with the parameters already laid out: ``params`` is the address of an array of pointers
-    to the argument values (the ``void**`` of cuLaunchKernel), so nothing is packed per call."""
+    ``params`` is the address of an array of pointers to the argument values (the ``void**`` of
+    cuLaunchKernel), laid out by the caller once, so nothing is packed per call."""
     driver = _driver_module or _bindings()[0]
     (status,) = driver.cuLaunchKernel(kernel, grid[0], grid[1], grid[2], block[0], block[1], block[2], 0, stream,
                                       params, 0)  # fmt: skip

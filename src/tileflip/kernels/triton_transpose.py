@@ -142,45 +142,30 @@ def launch_known(x, out, xp: int, op: int, M: int, N: int, sxm: int, sxn: int, s
     block_m, block_n = config[0], config[1]
     grid_m = (M + block_m - 1) // block_m
     grid_n = (N + block_n - 1) // block_n
-    wide = max((M - 1) * sxm + (N - 1) * sxn, (N - 1) * som + M - 1) > INT32_LIMIT  # needs_index_64, inlined
+    wide = needs_index_64(M, N, sxm, sxn, som)
     scalars = (M, N, sxm, sxn, som, grid_m, grid_n, block_m, block_n, config[3], wide, config[4])
     if _INTERPRETED:
         transpose_2d_kernel[(grid_m * grid_n,)](as_uint(x), as_uint(out), *scalars, num_warps=config.num_warps)
         return
     key = (config, es, wide, device, *_spec(M, N, sxm, sxn, som, xp, op))
-    fast = _compiled.get(key)
-    if type(fast) is tuple:
-        c_launch, function, cooperative, pdl, metadata, _ = fast
-        c_launch(grid_m * grid_n, 1, 1, _raw_stream(device), function, cooperative, pdl, None, None, metadata,
-                 None, None, None, xp, op, *scalars)  # fmt: skip
-    else:
-        _launch(transpose_2d_kernel, key, grid_m * grid_n, x, out, xp, op, scalars, config.num_warps)
+    _launch(transpose_2d_kernel, key, grid_m * grid_n, x, out, xp, op, scalars, config.num_warps)
 
 
 def _launch(kernel_fn, key, programs: int, x, out, xp: int, op: int, scalars: tuple, num_warps: int) -> None:
     """Launch a compiled class through its C launcher, compiling it on first use (on the integer views).
     ``key[3]`` is the device."""
     fast = _compiled.get(key)
-    if fast is None:
+    if type(fast) is tuple:
+        c_launch, function, cooperative, pdl, metadata, _ = fast
+        c_launch(programs, 1, 1, current_stream(key[3]), function, cooperative, pdl, None, None, metadata,
+                 None, None, None, xp, op, *scalars)  # fmt: skip
+    elif fast is None:
         # Compiled on the unsigned-integer views: one kernel per element size serves every dtype.
         kernel = kernel_fn[(programs,)](as_uint(x), as_uint(out), *scalars, num_warps=num_warps)
         _compiled[key] = _fast_launcher(kernel) or kernel
-        return
-    stream = current_stream(key[3])
-    if type(fast) is tuple:
-        c_launch, function, cooperative, pdl, metadata, _ = fast
-        c_launch(programs, 1, 1, stream, function, cooperative, pdl, None, None, metadata, None, None, None,
-                 xp, op, *scalars)  # fmt: skip
     else:
-        fast.run(programs, 1, 1, stream, fast.function, fast.packed_metadata, None, None, None, xp, op, *scalars)
-
-
-def _raw_stream(device: int) -> int:
-    global _raw_stream
-    from torch._C import _cuda_getCurrentRawStream
-
-    _raw_stream = _cuda_getCurrentRawStream  # looked up once: CPU builds of torch lack it
-    return _raw_stream(device)
+        fast.run(programs, 1, 1, current_stream(key[3]), fast.function, fast.packed_metadata, None, None, None,
+                 xp, op, *scalars)  # fmt: skip
 
 
 # --------------------------------------------------------------------------------------------------
