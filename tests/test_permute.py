@@ -8,7 +8,7 @@ from conftest import HAS_GPU
 from helpers import assert_bits_equal, bits, poisoned, random_bits
 
 import tileflip
-from tileflip import plan
+from tileflip import plan, tuning
 
 DEVICES = [pytest.param("cpu", marks=pytest.mark.skipif(HAS_GPU, reason="on a GPU machine the gpu cases run")),
            pytest.param("cuda", marks=pytest.mark.gpu)]  # fmt: skip
@@ -176,3 +176,40 @@ def test_general_when_only_the_output_fastest_dim_moves(device):
     p = plan.plan_permute(tuple(x.shape), tuple(x.stride()), (1, 0), x.element_size())
     assert p.kind == "general", p
     assert_bits_equal(tileflip.permute(x, (1, 0)), x.permute(1, 0))
+
+
+# Shapes from the random benchmark suite whose runs are not multiples of 16 elements on one side or both,
+# where Triton cannot prove the offsets contiguous, and a few regular ones.
+LAYOUT_CASES = [
+    ((23, 21, 112, 32, 16), (2, 1, 4, 3, 0), 4),
+    ((11, 39, 29, 21, 42, 24), (5, 4, 2, 3, 1, 0), 1),
+    ((32, 48, 47, 18, 10, 3), (0, 4, 1, 3, 5, 2), 2),
+    ((62, 10, 8, 32, 44, 3), (3, 1, 4, 0, 2, 5), 4),
+    ((60, 2816, 416), (1, 2, 0), 1),
+    ((48, 384, 32, 38), (0, 2, 3, 1), 4),
+    ((736, 152, 224), (0, 2, 1), 4),
+    ((8, 4096, 32, 128), (0, 2, 1, 3), 2),
+    ((64, 256, 56, 56), (0, 2, 3, 1), 2),
+]
+
+
+@pytest.mark.parametrize("shape,dims,element_size", LAYOUT_CASES, ids=[str(c[0]) for c in LAYOUT_CASES])
+def test_tile_kernel_lanes_run_along_each_sides_fastest_axis(shape, dims, element_size):
+    """Compiled for sm_90 (no GPU): in every load and store of the tile kernel, full tiles and masked
+    tails, a warp's lanes run along dimension 0 of the accessed tile, which the kernel makes the side's
+    memory-fastest axis (A for loads, B for transposed stores). Where Triton could not prove a run
+    contiguous it used to give the lanes to the other axis: every lane a different 32-byte sector."""
+    from tileflip.kernels.triton_layout import every_access_layout
+    from tileflip.kernels.triton_permute import compiled_tile_kernel
+
+    strides = torch.empty(shape).stride()
+    p = plan.plan_permute(shape, strides, dims, element_size)
+    assert p.kind in ("rows", "tiles")
+    block_b, block_a = tuning.permute_launch(p, element_size).blocks
+    accesses = every_access_layout(compiled_tile_kernel(p, element_size).asm["ttgir"])
+    assert sorted(op for op, _, _ in accesses) == ["load", "load", "store", "store"]
+    for op, layout, shape in accesses:
+        fastest = block_a if op == "load" or p.kind == "rows" else block_b
+        assert shape[0] == fastest, (op, shape, (block_a, block_b))
+        assert layout["order"][0] == 0, (op, layout)
+        assert layout["threadsPerWarp"][0] * layout["sizePerThread"][0] > 1, (op, layout)

@@ -283,11 +283,16 @@ def tile_launch(sizes, in_strides, kept: bool, element_size: int, config) -> Per
     )  # fmt: skip
 
 
+def permute_config(element_size: int) -> TileConfig:
+    """The tile area and warps of the N-D tile kernel: the 2-D transpose's large-class tile."""
+    return triton_config(element_size)
+
+
 def permute_launch(p, element_size: int) -> PermuteLaunch:
     """The launch of ``p`` (a ``tileflip.plan.PermutePlan`` of kind rows, copy, tiles or general)."""
     sizes = p.sizes
     if p.kind in ("rows", "copy", "tiles"):
-        return tile_launch(sizes, p.in_strides, p.kind != "tiles", element_size, triton_config(element_size))
+        return tile_launch(sizes, p.in_strides, p.kind != "tiles", element_size, permute_config(element_size))
     if p.kind == "general":
         return PermuteLaunch((GENERAL_BLOCK,), 4, (cdiv(_product(sizes), GENERAL_BLOCK),))
     raise ValueError(f"plan kind {p.kind!r} has no permute-kernel launch")

@@ -94,6 +94,40 @@ def compile_transpose(block_m: int, block_n: int, num_warps: int, itemsize: int 
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": num_warps})
 
 
+def compile_launch(fn, args: dict, constexprs: dict, num_warps: int, pointer_type: str):
+    """Compile ``fn`` for sm_90 as a launch with these argument values would specialize it.
+
+    ``args`` maps each runtime parameter to its value: pointers as ``None`` (typed ``pointer_type``, e.g.
+    ``"*u16"``, and 16-byte aligned, as torch allocates), ints and tuples of ints as the launch passes
+    them (Triton's own specialization: i32 or i64, the constant 1, divisibility by 16).
+    """
+    from triton._C.libtriton import native_specialize_impl
+    from triton.backends.compiler import BaseBackend
+    from triton.runtime.jit import find_paths_if, get_iterable_path
+
+    fn = _jit_function(fn)
+    values, types, hints = [], [], []
+    for name in fn.arg_names:
+        if name in constexprs:
+            values.append(constexprs[name])
+            types.append("constexpr")
+            hints.append(None)
+        elif args[name] is None:
+            values.append(None)
+            types.append(pointer_type)
+            hints.append("D")
+        else:
+            kind, hint = native_specialize_impl(BaseBackend, args[name], False, True, True)
+            values.append(args[name])
+            types.append(kind)
+            hints.append(hint)
+    signature = dict(zip(fn.arg_names, types))
+    constants = {path: get_iterable_path(values, path) for path in find_paths_if(types, lambda _, t: t == "constexpr")}
+    attrs = {path: [["tt.divisibility", 16]] for path in find_paths_if(hints, lambda _, h: h == "D")}
+    src = triton.compiler.ASTSource(fn=fn, signature=signature, constexprs=constants, attrs=attrs)
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": num_warps})
+
+
 _LAYOUT_DEF = re.compile(r"^(#\w+) = #ttg\.blocked<\{(.*)\}>", re.MULTILINE)
 _FIELD = re.compile(r"(\w+) = \[([\d,\s]*)\]")
 
@@ -106,18 +140,26 @@ def blocked_layouts(ttgir: str) -> dict:
     return layouts
 
 
-def access_layouts(ttgir: str) -> dict:
-    """The layouts of the kernel's global load and store: {"load": {...}, "store": {...}}."""
+def every_access_layout(ttgir: str) -> list:
+    """(``"load"`` or ``"store"``, layout, tile shape) of each global load and store of a TTGIR module."""
     layouts = blocked_layouts(ttgir)
-    found = {}
-    for op, key in (("tt.load", "load"), ("tt.store", "store")):
-        for line in ttgir.splitlines():
+    found = []
+    for line in ttgir.splitlines():
+        for op, key in (("tt.load", "load"), ("tt.store", "store")):
             if f"= {op} " in line or line.strip().startswith(f"{op} "):
                 # The pointer operand's type is printed last on the line, before loc(...).
-                names = re.findall(r"!tt\.ptr<\w+>, (#\w+)>", line)
-                if names:
-                    found[key] = layouts[names[-1]]
-                    break
+                types = re.findall(r"tensor<([\dx]+)x!tt\.ptr<\w+>, (#\w+)>", line)
+                if types:
+                    shape, name = types[-1]
+                    found.append((key, layouts[name], tuple(int(v) for v in shape.split("x"))))
+    return found
+
+
+def access_layouts(ttgir: str) -> dict:
+    """The layouts of the kernel's first global load and store: {"load": {...}, "store": {...}}."""
+    found = {}
+    for key, layout, _ in every_access_layout(ttgir):
+        found.setdefault(key, layout)
     return found
 
 

@@ -1,10 +1,12 @@
 """Triton kernels for N-D permutes (``tileflip.plan.plan_permute``), with their launcher.
 
-Two kernels. The tile kernel serves the plan kinds copy, rows and tiles: a BLOCK_B x BLOCK_A tile whose
+Two kernels. The tile kernel serves the plan kinds copy, rows and tiles: a BLOCK_A x BLOCK_B tile whose
 axis A folds up to four of the input's fastest dimensions and axis B up to four of the output's fastest
 into one linear index each, over a batch of up to six more (``tileflip.tuning.tile_launch`` picks them).
 Row and column offsets are decoded once per row and column vector (int32 ``//`` and ``%`` by runtime
-sizes) and broadcast into the 2-D pointer tile; the batch once per program. The general kernel gathers
+sizes) and broadcast into the 2-D pointer tile; the batch once per program. Each side (input, output)
+decodes an axis over its own merged dimensions (``merge_side``), so a run that is contiguous on that
+side is one multiply by a unit stride, visibly contiguous to Triton's analysis. The general kernel gathers
 each output element from its input offset (1-D gathers). Dimension tuples are ordered innermost first,
 sizes and strides are runtime arguments (only ranks, blocks and vector widths are constexpr), and
 memory offsets are int64.
@@ -41,12 +43,17 @@ def _decode(index, sizes, strides, N: tl.constexpr):
 @triton.jit
 def permute_tile_kernel(
     x_ptr, out_ptr, size_a, size_b, grid_a, tiles,
-    a_sizes, a_in, a_out, b_sizes, b_in, b_out, n_sizes, n_in, n_out,
-    NA: tl.constexpr, NB: tl.constexpr, NN: tl.constexpr, BLOCK_B: tl.constexpr, BLOCK_A: tl.constexpr,
+    a_in_sizes, a_in, a_out_sizes, a_out, b_in_sizes, b_in, b_out_sizes, b_out, n_sizes, n_in, n_out,
+    NA_IN: tl.constexpr, NA_OUT: tl.constexpr, NB_IN: tl.constexpr, NB_OUT: tl.constexpr, NN: tl.constexpr,
+    BLOCK_B: tl.constexpr, BLOCK_A: tl.constexpr,
     VEC_LOAD: tl.constexpr, VEC_STORE: tl.constexpr, KEPT: tl.constexpr, WIDE: tl.constexpr,
 ):  # fmt: skip
-    """One BLOCK_B x BLOCK_A tile of one batch element: loaded along A, stored along A (KEPT: the output's
-    fastest dimension is the input's) or transposed and stored along B."""
+    """One BLOCK_A x BLOCK_B tile of one batch element: loaded along A, stored along A (KEPT: the output's
+    fastest dimension is the input's) or transposed and stored along B.
+
+    Each access holds its memory-fastest axis in dimension 0 of its tile: where Triton cannot prove the
+    offsets contiguous along either dimension (sizes that are not multiples of 16), its coalescing pass
+    gives the lanes to dimension 0 (checked on the compiled layouts by the tests)."""
     pid = tl.program_id(0)
     batch = pid // tiles
     t = pid % tiles
@@ -57,33 +64,33 @@ def permute_tile_kernel(
         pid_b = pid_b.to(tl.int64)
     ra = pid_a * BLOCK_A + tl.arange(0, BLOCK_A)
     rb = pid_b * BLOCK_B + tl.arange(0, BLOCK_B)
-    in_a = _decode(ra, a_sizes, a_in, NA)
-    out_a = _decode(ra, a_sizes, a_out, NA)
-    in_b = _decode(rb, b_sizes, b_in, NB) + _decode(batch, n_sizes, n_in, NN)
-    out_b = _decode(rb, b_sizes, b_out, NB) + _decode(batch, n_sizes, n_out, NN)
-    load_offs = in_b[:, None] + in_a[None, :]
+    in_a = _decode(ra, a_in_sizes, a_in, NA_IN)
+    out_a = _decode(ra, a_out_sizes, a_out, NA_OUT)
+    in_b = _decode(rb, b_in_sizes, b_in, NB_IN) + _decode(batch, n_sizes, n_in, NN)
+    out_b = _decode(rb, b_out_sizes, b_out, NB_OUT) + _decode(batch, n_sizes, n_out, NN)
+    load_offs = in_a[:, None] + in_b[None, :]
     if KEPT:
-        store_offs = out_b[:, None] + out_a[None, :]
-    else:
         store_offs = out_a[:, None] + out_b[None, :]
+    else:
+        store_offs = out_b[:, None] + out_a[None, :]
     if ((pid_a + 1) * BLOCK_A <= size_a) & ((pid_b + 1) * BLOCK_B <= size_b):
         # A full tile: the planner's vector widths hold (runs of VEC elements starting at multiples of VEC).
         if VEC_LOAD > 1:
-            load_offs = tl.max_contiguous(tl.multiple_of(load_offs, [VEC_LOAD, VEC_LOAD]), [1, VEC_LOAD])
+            load_offs = tl.max_contiguous(tl.multiple_of(load_offs, [VEC_LOAD, VEC_LOAD]), [VEC_LOAD, 1])
         if VEC_STORE > 1:
-            store_offs = tl.max_contiguous(tl.multiple_of(store_offs, [VEC_STORE, VEC_STORE]), [1, VEC_STORE])
+            store_offs = tl.max_contiguous(tl.multiple_of(store_offs, [VEC_STORE, VEC_STORE]), [VEC_STORE, 1])
         tile = tl.load(x_ptr + load_offs)
         if KEPT:
             tl.store(out_ptr + store_offs, tile)
         else:
             tl.store(out_ptr + store_offs, tl.trans(tile))
     else:
-        mask = (rb[:, None] < size_b) & (ra[None, :] < size_a)
+        mask = (ra[:, None] < size_a) & (rb[None, :] < size_b)
         tile = tl.load(x_ptr + load_offs, mask=mask)
         if KEPT:
             tl.store(out_ptr + store_offs, tile, mask=mask)
         else:
-            out_mask = (ra[:, None] < size_a) & (rb[None, :] < size_b)
+            out_mask = (rb[:, None] < size_b) & (ra[None, :] < size_a)
             tl.store(out_ptr + store_offs, tl.trans(tile), mask=out_mask)
 
 
@@ -103,18 +110,34 @@ def _axis(dims, sizes, in_strides, out_strides):
     return (tuple(sizes[d] for d in dims), tuple(in_strides[d] for d in dims), tuple(out_strides[d] for d in dims))
 
 
+def merge_side(sizes, strides) -> tuple[tuple, tuple]:
+    """Merge an axis's dimensions (innermost first) for one side's decode where each steps over the one
+    before it exactly: a run contiguous on that side becomes one dimension, whose offsets Triton can then
+    see are contiguous."""
+    merged = [[sizes[0], strides[0]]]
+    for size, stride in zip(sizes[1:], strides[1:]):
+        if stride == merged[-1][0] * merged[-1][1]:
+            merged[-1][0] *= size
+        else:
+            merged.append([size, stride])
+    return tuple(m[0] for m in merged), tuple(m[1] for m in merged)
+
+
 def tile_args(plan, go) -> tuple[tuple, dict]:
     """Positional arguments (after the two pointers) and constexprs of the tile kernel for a launch ``go``."""
     sizes, in_strides, out_strides = plan.sizes, plan.in_strides, plan.out_strides
     a = _axis(go.a_dims, sizes, in_strides, out_strides)
     b = _axis(go.b_dims, sizes, in_strides, out_strides)
     n = _axis(go.batch_dims, sizes, in_strides, out_strides)
+    a_in, a_out = merge_side(a[0], a[1]), merge_side(a[0], a[2])
+    b_in, b_out = merge_side(b[0], b[1]), merge_side(b[0], b[2])
     size_a = tuning._product(a[0])
     size_b = tuning._product(b[0])
-    args = (size_a, size_b, go.grid[1], go.grid[0] * go.grid[1], *a, *b, *n)
+    args = (size_a, size_b, go.grid[1], go.grid[0] * go.grid[1], *a_in, *a_out, *b_in, *b_out, *n)
     constexprs = dict(
-        NA=len(a[0]), NB=len(b[0]), NN=len(n[0]), BLOCK_B=go.blocks[0], BLOCK_A=go.blocks[1],
-        VEC_LOAD=go.vec[0], VEC_STORE=go.vec[1], KEPT=go.kept, WIDE=go.wide,
+        NA_IN=len(a_in[0]), NA_OUT=len(a_out[0]), NB_IN=len(b_in[0]), NB_OUT=len(b_out[0]), NN=len(n[0]),
+        BLOCK_B=go.blocks[0], BLOCK_A=go.blocks[1], VEC_LOAD=go.vec[0], VEC_STORE=go.vec[1], KEPT=go.kept,
+        WIDE=go.wide,
     )  # fmt: skip
     return args, constexprs
 
@@ -131,3 +154,37 @@ def launch(x, out, plan) -> None:
         return
     args, constexprs = tile_args(plan, go)
     permute_tile_kernel[(go.programs,)](xi, oi, *args, **constexprs, num_warps=go.num_warps)
+
+
+def compiled_tile_kernel(plan, element_size: int):
+    """The tile kernel of ``plan`` compiled for sm_90 as its launch would specialize it (no GPU needed;
+    under TRITON_INTERPRET=1 a second copy of this module is loaded with the interpreter off)."""
+    from tileflip.kernels.triton_layout import compile_launch
+
+    go = tuning.permute_launch(plan, element_size)
+    args, constexprs = tile_args(plan, go)
+    kernel = _compilable_module().permute_tile_kernel
+    names = [p.name for p in kernel.params if not p.is_constexpr]
+    values = dict(zip(names, (None, None, *args)))
+    pointer = {1: "*u8", 2: "*u16", 4: "*u32", 8: "*u64"}[element_size]
+    return compile_launch(kernel, values, constexprs, go.num_warps, pointer)
+
+
+def _compilable_module():
+    """This module with its kernels as JITFunctions (the interpreter's wrappers cannot be compiled)."""
+    import importlib.util
+    import sys
+
+    from triton import knobs
+
+    if not knobs.runtime.interpret:
+        return sys.modules[__name__]
+    name = __name__ + "_compiled"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, __file__)
+        module = importlib.util.module_from_spec(spec)
+        with knobs.runtime.scope():
+            knobs.runtime.interpret = False
+            spec.loader.exec_module(module)
+        sys.modules[name] = module
+    return sys.modules[name]

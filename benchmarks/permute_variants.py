@@ -1,0 +1,84 @@
+"""Experiment: the permute suites (named and random) under several tile-kernel settings in one process,
+each case's copy and every setting timed interleaved; checks each result's bits once.
+
+``python benchmarks/permute_variants.py OUT.json VARIANT...`` where a VARIANT is ``name:key=value,...``
+with keys ``fold`` (``tuning.FOLD_FACTOR``), ``warps`` (num_warps), ``area`` (a factor on the tile
+area: 0.5 halves the larger side). Prints one line per case and a summary per variant.
+"""
+
+import json
+import statistics
+import sys
+
+import torch
+
+import tileflip
+from tileflip import bench, timing, tuning
+
+BASE_CONFIG = tuning.permute_config
+
+
+def parse(spec: str) -> tuple[str, dict]:
+    name, _, rest = spec.partition(":")
+    opts = {k: float(v) for k, v in (kv.split("=") for kv in rest.split(",") if kv)}
+    return name, opts
+
+
+def apply(opts: dict) -> None:
+    tuning.FOLD_FACTOR = int(opts.get("fold", 4))
+
+    def config(element_size):
+        c = BASE_CONFIG(element_size)
+        bm, bn = c.block_m, c.block_n
+        area = opts.get("area", 1.0)
+        while area < 1.0:
+            if bm >= bn:
+                bm //= 2
+            else:
+                bn //= 2
+            area *= 2
+        return c._replace(block_m=bm, block_n=bn, num_warps=int(opts.get("warps", c.num_warps)))
+
+    tuning.permute_config = config
+
+
+def main(out_path: str, specs: list[str]) -> None:
+    variants = [parse(s) for s in specs]
+    cases = bench.suite_cases("permute") + bench.suite_cases("permute-random")
+    records = []
+    for case in cases:
+        x = bench._make_input(case)
+        ref = x.permute(case.perm).contiguous()
+        out = torch.empty_like(ref)
+        src = torch.empty_like(ref)
+        fns = [("copy", {}, lambda: out.copy_(src))]
+        for name, opts in variants:
+            apply(opts)
+            out.fill_(0)
+            tileflip.permute(x, case.perm, out)
+            ok = torch.equal(out.view(-1).view(torch.uint8), ref.view(-1).view(torch.uint8))
+            fns.append((name, opts, (lambda o=opts: (apply(o), tileflip.permute(x, case.perm, out))), ok))
+        times = {name: [] for name, *_ in fns}
+        for _ in range(3):
+            for entry in fns:
+                name, fn = entry[0], entry[2]
+                times[name].append(timing.summarize(timing.device_times(fn, reps=20))[0])
+        copy_ms = statistics.median(times["copy"])
+        line = [f"{case.label():48s}"]
+        for entry in fns[1:]:
+            name, ok = entry[0], entry[3]
+            ms = statistics.median(times[name])
+            records.append({"shape": case.shape, "perm": case.perm, "dtype": case.dtype, "variant": name,
+                            "opts": entry[1], "ms": ms, "copy_ms": copy_ms, "fraction_of_copy": copy_ms / ms,
+                            "exact": ok})
+            line.append(f"{name}={copy_ms / ms:.2f}{'' if ok else '!'}")
+        print(" ".join(line), flush=True)
+    for name, _ in variants:
+        f = [r["fraction_of_copy"] for r in records if r["variant"] == name]
+        print(f"{name}: median {statistics.median(f):.3f} min {min(f):.3f} below75 {sum(v < 0.75 for v in f)}"
+              f" exact {all(r['exact'] for r in records if r['variant'] == name)}")
+    json.dump({"gpu": torch.cuda.get_device_name(), "records": records}, open(out_path, "w"), indent=1)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2:])
