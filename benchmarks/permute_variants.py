@@ -64,7 +64,7 @@ def main(out_path: str, specs: list[str]) -> None:
                 name, fn = entry[0], entry[2]
                 times[name].append(timing.summarize(timing.device_times(fn, reps=20))[0])
         copy_ms = statistics.median(times["copy"])
-        line = [f"{case.label():48s}"]
+        line = [f"{case.label:48s}"]
         for entry in fns[1:]:
             name, ok = entry[0], entry[3]
             ms = statistics.median(times[name])

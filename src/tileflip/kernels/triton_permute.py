@@ -11,11 +11,12 @@ each output element from its input offset (1-D gathers). Dimension tuples are or
 sizes and strides are runtime arguments (only ranks, blocks and vector widths are constexpr), and
 memory offsets are int64.
 
-Full tiles take an unmasked path on which the planner's vector widths (``PermuteLaunch.vec``: powers of
-two that divide every size and stride involved) are asserted with ``tl.multiple_of`` and
-``tl.max_contiguous``, so loads and stores use up to 16-byte vectors even when sizes are not multiples
-of 16 (Triton's own argument specialization only knows divisibility by 16); the last tile of each axis
-is masked.
+The planner's vector widths (``PermuteLaunch.vec``: powers of two that divide every size and stride
+involved) are asserted with ``tl.multiple_of`` and ``tl.max_contiguous``, so loads and stores use up to
+16-byte vectors even when sizes are not multiples of 16 (Triton's own argument specialization only knows
+divisibility by 16). Full tiles take an unmasked path; the last tile of each axis is masked, with masks
+that compare whole vectors so that the tails keep their vectors (a 60-byte output row of int8 is
+otherwise written one byte per instruction, in every tile).
 """
 
 from __future__ import annotations
@@ -73,25 +74,29 @@ def permute_tile_kernel(
         store_offs = out_a[:, None] + out_b[None, :]
     else:
         store_offs = out_b[:, None] + out_a[None, :]
+    # The planner's vector widths hold on every tile, tails included: runs of VEC elements start at
+    # multiples of VEC (VEC divides the sizes and strides involved, and tiles start at multiples of it).
+    if VEC_LOAD > 1:
+        load_offs = tl.max_contiguous(tl.multiple_of(load_offs, [VEC_LOAD, VEC_LOAD]), [VEC_LOAD, 1])
+    if VEC_STORE > 1:
+        store_offs = tl.max_contiguous(tl.multiple_of(store_offs, [VEC_STORE, VEC_STORE]), [VEC_STORE, 1])
     if ((pid_a + 1) * BLOCK_A <= size_a) & ((pid_b + 1) * BLOCK_B <= size_b):
-        # A full tile: the planner's vector widths hold (runs of VEC elements starting at multiples of VEC).
-        if VEC_LOAD > 1:
-            load_offs = tl.max_contiguous(tl.multiple_of(load_offs, [VEC_LOAD, VEC_LOAD]), [VEC_LOAD, 1])
-        if VEC_STORE > 1:
-            store_offs = tl.max_contiguous(tl.multiple_of(store_offs, [VEC_STORE, VEC_STORE]), [VEC_STORE, 1])
         tile = tl.load(x_ptr + load_offs)
         if KEPT:
             tl.store(out_ptr + store_offs, tile)
         else:
             tl.store(out_ptr + store_offs, tl.trans(tile))
     else:
-        mask = (ra[:, None] < size_a) & (rb[None, :] < size_b)
+        # Masks compare whole vectors (VEC divides the axis's size), so a masked tail keeps its vectors.
+        in_a_ok = (ra // VEC_LOAD) < (size_a // VEC_LOAD)
+        mask = in_a_ok[:, None] & (rb < size_b)[None, :]
         tile = tl.load(x_ptr + load_offs, mask=mask)
         if KEPT:
-            tl.store(out_ptr + store_offs, tile, mask=mask)
+            out_a_ok = (ra // VEC_STORE) < (size_a // VEC_STORE)
+            tl.store(out_ptr + store_offs, tile, mask=out_a_ok[:, None] & (rb < size_b)[None, :])
         else:
-            out_mask = (rb[:, None] < size_b) & (ra[None, :] < size_a)
-            tl.store(out_ptr + store_offs, tl.trans(tile), mask=out_mask)
+            out_b_ok = (rb // VEC_STORE) < (size_b // VEC_STORE)
+            tl.store(out_ptr + store_offs, tl.trans(tile), mask=out_b_ok[:, None] & (ra < size_a)[None, :])
 
 
 @triton.jit
