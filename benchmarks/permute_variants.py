@@ -14,6 +14,7 @@ import torch
 
 import tileflip
 from tileflip import bench, timing, tuning
+from tileflip.kernels import triton_permute
 
 BASE_CONFIG = tuning.permute_config
 
@@ -40,6 +41,7 @@ def apply(opts: dict) -> None:
         return c._replace(block_m=bm, block_n=bn, num_warps=int(opts.get("warps", c.num_warps)))
 
     tuning.permute_config = config
+    triton_permute.clear_cache()
 
 
 def main(out_path: str, specs: list[str]) -> None:

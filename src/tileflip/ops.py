@@ -19,6 +19,8 @@ Backends:
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import torch
 
 from tileflip import dtypes, plan, tuning
@@ -271,9 +273,12 @@ def _permute(x, dims, out, backend):
     if chosen == "torch":
         out.copy_(x.permute(dims))
         return out
-    p = plan.plan_permute(tuple(x.shape), tuple(x.stride()), dims, x.element_size())
+    p = _plan_permute(tuple(x.shape), tuple(x.stride()), dims, x.element_size())
     _on_device_of(x, _run_permute, x, out, p)
     return out
+
+
+_plan_permute = lru_cache(maxsize=256)(plan.plan_permute)  # a call's arguments here are all tuples and ints
 
 
 def _run_permute(x, out, p) -> None:

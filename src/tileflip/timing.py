@@ -7,15 +7,18 @@ backends by their Python overhead, and do it unevenly (the same call measured 4 
 30 us in the next on an H200). Here every repetition queues, in order: the L2 flush (a 256 MiB
 ``zero_``), a spin kernel of ``SPIN_CYCLES`` clock cycles (~100 us), the start event, the call, the end
 event. The spin keeps the GPU busy while the host enqueues the call, so the events bracket device work
-only. Host time is measured apart (``tileflip bench --suite host``).
+only; it lasts at least four times the host's measured time to enqueue the call (``spin_cycles``).
+Host time is measured apart (``tileflip bench --suite host``).
 """
 
 from __future__ import annotations
 
 import statistics
+import time
 
 FLUSH_BYTES = 256 << 20
-SPIN_CYCLES = 200_000  # ~100 us at H200 clocks, longer than any launch path measured here
+SPIN_CYCLES = 200_000  # ~100 us at H200 clocks: the least spin
+SPIN_CLOCK_HZ = 2.0e9  # cycles per second of the spin kernel (an H200's SM clock, rounded up)
 
 _flush = {}
 
@@ -37,16 +40,32 @@ def device_times(fn, *, warmup: int = 10, reps: int = 40, device="cuda") -> list
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize(device)
+    spin = spin_cycles(fn, device)
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     for start, end in zip(starts, ends):
         flush.zero_()
-        torch.cuda._sleep(SPIN_CYCLES)
+        torch.cuda._sleep(spin)
         start.record()
         fn()
         end.record()
     torch.cuda.synchronize(device)
     return [s.elapsed_time(e) for s, e in zip(starts, ends)]
+
+
+def spin_cycles(fn, device) -> int:
+    """Cycles of spin that cover the host's time to enqueue ``fn`` four times over (at least SPIN_CYCLES):
+    a call whose host path is slower than the spin would be timed with the host's latency in it."""
+    import torch
+
+    host = 0.0
+    for _ in range(3):
+        torch.cuda._sleep(SPIN_CYCLES)  # the call is queued behind work, as in the timed loop
+        t0 = time.perf_counter()
+        fn()
+        host = max(host, time.perf_counter() - t0)
+    torch.cuda.synchronize(device)
+    return max(SPIN_CYCLES, int(4 * host * SPIN_CLOCK_HZ))
 
 
 def summarize(times: list[float]) -> tuple[float, float, float]:

@@ -21,6 +21,8 @@ otherwise written one byte per instruction, in every tile).
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import triton
 import triton.language as tl
 
@@ -147,17 +149,31 @@ def tile_args(plan, go) -> tuple[tuple, dict]:
     return args, constexprs
 
 
+@lru_cache(maxsize=256)
+def launch_of(plan, element_size: int) -> tuple:
+    """(launch, tile-kernel arguments, constexprs) of a plan: worked out once per plan (a call's host path
+    then holds no planning; ``clear_cache`` after changing the tuning)."""
+    go = tuning.permute_launch(plan, element_size)
+    if plan.kind == "general":
+        return go, (), {}
+    args, constexprs = tile_args(plan, go)
+    return go, args, constexprs
+
+
+def clear_cache() -> None:
+    launch_of.cache_clear()
+
+
 def launch(x, out, plan) -> None:
     """Run ``plan`` (kind rows, copy, tiles or general) from ``x`` into the contiguous ``out``."""
     xi, oi = as_uint(x), as_uint(out)
-    go = tuning.permute_launch(plan, x.element_size())
+    go, args, constexprs = launch_of(plan, x.element_size())
     if plan.kind == "general":
         permute_general_kernel[(go.programs,)](
             xi, oi, out.numel(), tuple(reversed(plan.sizes)), tuple(reversed(plan.in_strides)),
             NDIM=len(plan.sizes), BLOCK=go.blocks[0], num_warps=go.num_warps,
         )  # fmt: skip
         return
-    args, constexprs = tile_args(plan, go)
     permute_tile_kernel[(go.programs,)](xi, oi, *args, **constexprs, num_warps=go.num_warps)
 
 
