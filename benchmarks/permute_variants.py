@@ -2,8 +2,9 @@
 each case's copy and every setting timed interleaved; checks each result's bits once.
 
 ``python benchmarks/permute_variants.py OUT.json VARIANT...`` where a VARIANT is ``name:key=value,...``
-with keys ``fold`` (``tuning.FOLD_FACTOR``), ``warps`` (num_warps), ``area`` (a factor on the tile
-area: 0.5 halves the larger side). Prints one line per case and a summary per variant.
+with keys ``fold`` (``tuning.FOLD_FACTOR``), ``bfast`` / ``narrow`` (0 or 1: ``tuning.B_FAST_RULE``,
+``tuning.NARROW_RULE``), ``warps`` (num_warps), ``area`` (a factor on the large tile's area: 0.5 halves
+the larger side; with ``warps`` or ``area`` the narrow rule is off). Prints one line per case and a summary per variant.
 """
 
 import json
@@ -27,20 +28,25 @@ def parse(spec: str) -> tuple[str, dict]:
 
 def apply(opts: dict) -> None:
     tuning.FOLD_FACTOR = int(opts.get("fold", 4))
+    tuning.B_FAST_RULE = bool(opts.get("bfast", 1))
+    tuning.NARROW_RULE = bool(opts.get("narrow", 1))
+    if "area" not in opts and "warps" not in opts:
+        tuning.permute_config = BASE_CONFIG
+    else:
 
-    def config(element_size):
-        c = BASE_CONFIG(element_size)
-        bm, bn = c.block_m, c.block_n
-        area = opts.get("area", 1.0)
-        while area < 1.0:
-            if bm >= bn:
-                bm //= 2
-            else:
-                bn //= 2
-            area *= 2
-        return c._replace(block_m=bm, block_n=bn, num_warps=int(opts.get("warps", c.num_warps)))
+        def config(element_size, narrow=False):
+            c = BASE_CONFIG(element_size)
+            bm, bn = c.block_m, c.block_n
+            area = opts.get("area", 1.0)
+            while area < 1.0:
+                if bm >= bn:
+                    bm //= 2
+                else:
+                    bn //= 2
+                area *= 2
+            return c._replace(block_m=bm, block_n=bn, num_warps=int(opts.get("warps", c.num_warps)))
 
-    tuning.permute_config = config
+        tuning.permute_config = config
     triton_permute.clear_cache()
 
 

@@ -142,6 +142,8 @@ MAX_BATCH_DIMS = 6
 FOLD_FACTOR = 4  # fold dimensions into an axis until it spans this many tile widths (fewer masked tails)
 GENERAL_BLOCK = 1024
 VECTOR_BYTES = 16
+B_FAST_RULE = True  # tile_launch: consecutive programs along the axis of fewer tiles
+NARROW_RULE = True  # permute_config: half tiles on 8 warps when a side's vectors are under 16 bytes
 
 
 def _pow2_at_most(n: int, cap: int) -> int:
@@ -175,7 +177,8 @@ class PermuteLaunch:
     elements; ``a_dims`` / ``b_dims`` / ``batch_dims`` are merged dimensions (indices into the plan's
     sizes), innermost first; ``vec`` = (load, store) vector widths in elements that the kernel may
     assume on full tiles (they divide every size and stride involved); ``kept``: the output's fastest
-    dimension is also the input's, so stores run along A (no transpose in registers).
+    dimension is also the input's, so stores run along A (no transpose in registers); ``b_fast``:
+    consecutive programs step along B (else along A).
     general: ``blocks`` = (BLOCK,), ``grid`` = (programs,).
     """
 
@@ -189,6 +192,7 @@ class PermuteLaunch:
     vec: tuple = (1, 1)
     kept: bool = False
     wide: bool = False
+    b_fast: bool = False
 
     @property
     def programs(self) -> int:
@@ -266,33 +270,58 @@ def tile_launch(sizes, in_strides, kept: bool, element_size: int, config) -> Per
     else:  # a short axis gives its share of the area to the other one
         block_b = _pow2_at_most(size_b, max(block_b, area // block_a))
         block_a = _pow2_at_most(size_a, max(block_a, area // block_b))
+    load, store = vector_widths(sizes, in_strides, kept, element_size)
+    load, store = min(load, block_a), min(store, block_a if kept else block_b)
+    wide = max(size_a, size_b) + max(block_a, block_b) >= 2**31
+    grid = (cdiv(size_b, block_b), cdiv(size_a, block_a))
+    # Consecutive programs step along the axis of fewer tiles, so the programs running at once cover
+    # whole runs of the output (and input) rather than one column of tiles across many rows.
+    b_fast = B_FAST_RULE and grid[0] < grid[1]
+    return PermuteLaunch(
+        (block_b, block_a), config.num_warps, grid, _product(sizes[d] for d in batch_dims),
+        a_dims, b_dims, batch_dims, (load, store), kept, wide, b_fast,
+    )  # fmt: skip
+
+
+def vector_widths(sizes, in_strides, kept: bool, element_size: int) -> tuple[int, int]:
+    """Load and store vector widths (elements) of the tile kernel: powers of two up to 16 bytes that
+    divide the fastest dimension's size on that side and every input stride (loads) or that size (stores)."""
     cap = max(1, VECTOR_BYTES // element_size)
-    a0 = a_dims[0]
+    last = len(sizes) - 1
+    if kept:
+        a0 = last
+    else:
+        a0 = min((i for i in range(last) if in_strides[i] > 0), key=lambda i: (in_strides[i], -i))
     load = _pow2_part(sizes[a0], cap) if in_strides[a0] == 1 else 1
     for d in range(len(sizes)):
         if d != a0:
             load = min(load, _pow2_part(in_strides[d], cap))
-    store_dim = a0 if kept else len(sizes) - 1
-    store = _pow2_part(sizes[store_dim], cap)
-    load, store = min(load, block_a), min(store, block_a if kept else block_b)
-    wide = max(size_a, size_b) + max(block_a, block_b) >= 2**31
-    grid = (cdiv(size_b, block_b), cdiv(size_a, block_a))
-    return PermuteLaunch(
-        (block_b, block_a), config.num_warps, grid, _product(sizes[d] for d in batch_dims),
-        a_dims, b_dims, batch_dims, (load, store), kept, wide,
-    )  # fmt: skip
+    store = _pow2_part(sizes[a0 if kept else last], cap)
+    return load, store
 
 
-def permute_config(element_size: int) -> TileConfig:
-    """The tile area and warps of the N-D tile kernel: the 2-D transpose's large-class tile."""
-    return triton_config(element_size)
+def permute_config(element_size: int, narrow: bool = False) -> TileConfig:
+    """The tile area and warps of the N-D tile kernel: the 2-D transpose's large-class tile, or, when a
+    side's vectors are narrower than 16 bytes (``narrow``), half of it on 8 warps."""
+    config = triton_config(element_size)
+    if not (narrow and NARROW_RULE):
+        return config
+    bm, bn = config.block_m, config.block_n
+    if bm >= bn:
+        bm //= 2
+    else:
+        bn //= 2
+    return config._replace(block_m=bm, block_n=bn, num_warps=8)
 
 
 def permute_launch(p, element_size: int) -> PermuteLaunch:
     """The launch of ``p`` (a ``tileflip.plan.PermutePlan`` of kind rows, copy, tiles or general)."""
     sizes = p.sizes
     if p.kind in ("rows", "copy", "tiles"):
-        return tile_launch(sizes, p.in_strides, p.kind != "tiles", element_size, permute_config(element_size))
+        kept = p.kind != "tiles"
+        load, store = vector_widths(sizes, p.in_strides, kept, element_size)
+        narrow = min(load, store) * element_size < VECTOR_BYTES
+        return tile_launch(sizes, p.in_strides, kept, element_size, permute_config(element_size, narrow))
     if p.kind == "general":
         return PermuteLaunch((GENERAL_BLOCK,), 4, (cdiv(_product(sizes), GENERAL_BLOCK),))
     raise ValueError(f"plan kind {p.kind!r} has no permute-kernel launch")

@@ -45,11 +45,12 @@ def _decode(index, sizes, strides, N: tl.constexpr):
 
 @triton.jit
 def permute_tile_kernel(
-    x_ptr, out_ptr, size_a, size_b, grid_a, tiles,
+    x_ptr, out_ptr, size_a, size_b, grid_fast, tiles,
     a_in_sizes, a_in, a_out_sizes, a_out, b_in_sizes, b_in, b_out_sizes, b_out, n_sizes, n_in, n_out,
     NA_IN: tl.constexpr, NA_OUT: tl.constexpr, NB_IN: tl.constexpr, NB_OUT: tl.constexpr, NN: tl.constexpr,
     BLOCK_B: tl.constexpr, BLOCK_A: tl.constexpr,
     VEC_LOAD: tl.constexpr, VEC_STORE: tl.constexpr, KEPT: tl.constexpr, WIDE: tl.constexpr,
+    B_FAST: tl.constexpr,
 ):  # fmt: skip
     """One BLOCK_A x BLOCK_B tile of one batch element: loaded along A, stored along A (KEPT: the output's
     fastest dimension is the input's) or transposed and stored along B.
@@ -60,8 +61,12 @@ def permute_tile_kernel(
     pid = tl.program_id(0)
     batch = pid // tiles
     t = pid % tiles
-    pid_b = t // grid_a
-    pid_a = t % grid_a
+    if B_FAST:
+        pid_a = t // grid_fast
+        pid_b = t % grid_fast
+    else:
+        pid_b = t // grid_fast
+        pid_a = t % grid_fast
     if WIDE:
         pid_a = pid_a.to(tl.int64)
         pid_b = pid_b.to(tl.int64)
@@ -140,11 +145,12 @@ def tile_args(plan, go) -> tuple[tuple, dict]:
     b_in, b_out = merge_side(b[0], b[1]), merge_side(b[0], b[2])
     size_a = tuning._product(a[0])
     size_b = tuning._product(b[0])
-    args = (size_a, size_b, go.grid[1], go.grid[0] * go.grid[1], *a_in, *a_out, *b_in, *b_out, *n)
+    grid_fast = go.grid[0] if go.b_fast else go.grid[1]
+    args = (size_a, size_b, grid_fast, go.grid[0] * go.grid[1], *a_in, *a_out, *b_in, *b_out, *n)
     constexprs = dict(
         NA_IN=len(a_in[0]), NA_OUT=len(a_out[0]), NB_IN=len(b_in[0]), NB_OUT=len(b_out[0]), NN=len(n[0]),
         BLOCK_B=go.blocks[0], BLOCK_A=go.blocks[1], VEC_LOAD=go.vec[0], VEC_STORE=go.vec[1], KEPT=go.kept,
-        WIDE=go.wide,
+        WIDE=go.wide, B_FAST=go.b_fast,
     )  # fmt: skip
     return args, constexprs
 
