@@ -31,7 +31,7 @@ for step in "$@"; do
                set -- $s; run "analyze-$1-$2" 120 python3 -m tileflip.cli analyze --measure --no-ncu --shape "$1" --dtype "$2"; done ;;
     tests-permute) run tests-permute 240 python3 -m pytest -m gpu -q -p no:cacheprovider -n 8 tests/test_permute.py ;;
     permute-variants) run permute-variants 420 python3 benchmarks/permute_variants.py "$OUT/permute-variants.json" \
-                        rules old:bfast=0,narrow=0 bfast:narrow=0 narrow:bfast=0 rules-fold2:fold=2 quarter:area=0.25,warps=4 ;;
+                        rules n-quarter:nhalve=2,nwarps=4 n-quarter8:nhalve=2,nwarps=8 n-half4:nwarps=4 n-half16:nwarps=16 ;;
     tests-new) run tests-new 240 python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_permute.py tests/test_cast_transpose.py tests/test_transpose.py ;;
     analyze-json) for s in "16384x16384 float32" "4096x4096 float32" "16384x16384 bfloat16"; do
                set -- $s; run "analyze-$1-$2" 120 sh -c "python3 -m tileflip.cli analyze --measure --no-ncu --json --shape $1 --dtype $2 > $OUT/analyze-$1-$2.json"; done ;;

@@ -3,7 +3,7 @@ each case's copy and every setting timed interleaved; checks each result's bits 
 
 ``python benchmarks/permute_variants.py OUT.json VARIANT...`` where a VARIANT is ``name:key=value,...``
 with keys ``fold`` (``tuning.FOLD_FACTOR``), ``bfast`` / ``narrow`` (0 or 1: ``tuning.B_FAST_RULE``,
-``tuning.NARROW_RULE``), ``warps`` (num_warps), ``area`` (a factor on the large tile's area: 0.5 halves
+``tuning.NARROW_RULE``), ``nhalve`` / ``nwarps`` (the narrow rule's halvings and warps), ``warps`` (num_warps), ``area`` (a factor on the large tile's area: 0.5 halves
 the larger side; with ``warps`` or ``area`` the narrow rule is off). Prints one line per case and a summary per variant.
 """
 
@@ -30,6 +30,8 @@ def apply(opts: dict) -> None:
     tuning.FOLD_FACTOR = int(opts.get("fold", 4))
     tuning.B_FAST_RULE = bool(opts.get("bfast", 1))
     tuning.NARROW_RULE = bool(opts.get("narrow", 1))
+    tuning.NARROW_HALVINGS = int(opts.get("nhalve", 1))
+    tuning.NARROW_WARPS = int(opts.get("nwarps", 8))
     if "area" not in opts and "warps" not in opts:
         tuning.permute_config = BASE_CONFIG
     else:

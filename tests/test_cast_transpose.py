@@ -346,6 +346,29 @@ def test_amax(case, device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("n", [2, 4097, 16384, 40000])
+@pytest.mark.parametrize("top", ["last", "first", "nan", "all_zero"])
+def test_finalize_amax(n, top, device):
+    """The finalize kernel's integer max over n partials (one pass up to FINALIZE_BLOCK, then more):
+    the largest sits first, last or nowhere (all +0.0), and a NaN's bits beat inf's."""
+    g = torch.Generator().manual_seed(n)
+    values = torch.rand(n, generator=g) * 1000
+    if top == "all_zero":
+        values.zero_()
+    elif top == "first":
+        values[0] = float("inf")
+    elif top == "last":
+        values[-1] = 5000.0
+    else:
+        values[n // 3] = float("inf")
+        values[n // 2] = float("nan")
+    partials = values.view(torch.int32).to(device)
+    got = kernels.finalize_amax(partials)
+    assert got.shape == () and got.dtype == torch.float32
+    assert got.view(torch.int32).item() == int(values.view(torch.int32).max())
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("shape", [(0, 5), (5, 0), (0, 0)], ids=str)
 def test_empty(shape, device):
     y, y_t, a = cast_transpose(torch.empty(shape, device=device), E4M3)

@@ -144,6 +144,7 @@ GENERAL_BLOCK = 1024
 VECTOR_BYTES = 16
 B_FAST_RULE = True  # tile_launch: consecutive programs along the axis of fewer tiles
 NARROW_RULE = True  # permute_config: half tiles on 8 warps when a side's vectors are under 16 bytes
+NARROW_HALVINGS, NARROW_WARPS = 1, 8
 
 
 def _pow2_at_most(n: int, cap: int) -> int:
@@ -307,11 +308,12 @@ def permute_config(element_size: int, narrow: bool = False) -> TileConfig:
     if not (narrow and NARROW_RULE):
         return config
     bm, bn = config.block_m, config.block_n
-    if bm >= bn:
-        bm //= 2
-    else:
-        bn //= 2
-    return config._replace(block_m=bm, block_n=bn, num_warps=8)
+    for _ in range(NARROW_HALVINGS):
+        if bm >= bn:
+            bm //= 2
+        else:
+            bn //= 2
+    return config._replace(block_m=bm, block_n=bn, num_warps=NARROW_WARPS)
 
 
 def permute_launch(p, element_size: int) -> PermuteLaunch:
