@@ -3,8 +3,9 @@ each case's copy and every setting timed interleaved; checks each result's bits 
 
 ``python benchmarks/permute_variants.py OUT.json VARIANT...`` where a VARIANT is ``name:key=value,...``
 with keys ``fold`` (``tuning.FOLD_FACTOR``), ``bfast`` / ``narrow`` (0 or 1: ``tuning.B_FAST_RULE``,
-``tuning.NARROW_RULE``), ``nhalve`` / ``nwarps`` (the narrow rule's halvings and warps), ``warps`` (num_warps), ``area`` (a factor on the large tile's area: 0.5 halves
-the larger side; with ``warps`` or ``area`` the narrow rule is off). Prints one line per case and a summary per variant.
+``tuning.NARROW_RULE``), ``nhalve`` / ``nwarps`` (the narrow rule's halvings and warps), ``warps``
+(num_warps) and ``area`` (a factor on the large tile's area: 0.5 halves the larger side; with ``warps``
+or ``area`` the narrow rule is off). Prints one line per case and a summary per variant.
 """
 
 import json
