@@ -346,10 +346,11 @@ def test_amax(case, device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("n", [2, 4097, 16384, 40000])
+@pytest.mark.parametrize("n", [2, 4097, 16384, 16385, 40000])
 @pytest.mark.parametrize("top", ["last", "first", "nan", "all_zero"])
 def test_finalize_amax(n, top, device):
-    """The finalize kernel's integer max over n partials (one pass up to FINALIZE_BLOCK, then more):
+    """The finalize kernel's integer max over n partials (one program up to FINALIZE_BLOCK, then more
+    programs and a second round):
     the largest sits first, last or nowhere (all +0.0), and a NaN's bits beat inf's."""
     g = torch.Generator().manual_seed(n)
     values = torch.rand(n, generator=g) * 1000
@@ -631,7 +632,8 @@ def test_new_shapes_of_one_class_reuse_one_kernel():
     import triton
 
     compiles = []
-    cast_transpose(torch.ones(48, 80, device="cuda"), E5M2, 2.0)
+    # the class: more than one program (so the amax finalize runs too), sizes multiples of 16
+    cast_transpose(torch.ones(48, 400, device="cuda"), E5M2, 2.0)
     old = triton.knobs.runtime.jit_post_compile_hook
     triton.knobs.runtime.jit_post_compile_hook = lambda *a, **k: compiles.append(1)
     try:
