@@ -19,6 +19,7 @@ from tileflip import bench, timing, tuning
 from tileflip.kernels import triton_permute
 
 BASE_CONFIG = tuning.permute_config
+NARROW_STEPS = tuning.NARROW_STEPS
 
 
 def parse(spec: str) -> tuple[str, dict]:
@@ -31,13 +32,15 @@ def apply(opts: dict) -> None:
     tuning.FOLD_FACTOR = int(opts.get("fold", 4))
     tuning.B_FAST_RULE = bool(opts.get("bfast", 1))
     tuning.NARROW_RULE = bool(opts.get("narrow", 1))
-    tuning.NARROW_HALVINGS = int(opts.get("nhalve", 1))
-    tuning.NARROW_WARPS = int(opts.get("nwarps", 8))
+    if "nhalve" in opts or "nwarps" in opts:  # one narrow step for every vector under 16 bytes
+        tuning.NARROW_STEPS = ((tuning.VECTOR_BYTES, int(opts.get("nhalve", 1)), int(opts.get("nwarps", 8))),)
+    else:
+        tuning.NARROW_STEPS = NARROW_STEPS
     if "area" not in opts and "warps" not in opts:
         tuning.permute_config = BASE_CONFIG
     else:
 
-        def config(element_size, narrow=False):
+        def config(element_size, vector_bytes=16):
             c = BASE_CONFIG(element_size)
             bm, bn = c.block_m, c.block_n
             area = opts.get("area", 1.0)

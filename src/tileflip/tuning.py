@@ -143,8 +143,10 @@ FOLD_FACTOR = 4  # fold dimensions into an axis until it spans this many tile wi
 GENERAL_BLOCK = 1024
 VECTOR_BYTES = 16
 B_FAST_RULE = True  # tile_launch: consecutive programs along the axis of fewer tiles
-NARROW_RULE = True  # permute_config: half tiles on 8 warps when a side's vectors are under 16 bytes
-NARROW_HALVINGS, NARROW_WARPS = 1, 8
+NARROW_RULE = True  # permute_config: smaller tiles on fewer warps when a side's vectors are under 16 bytes
+# (vector bytes below which, tile halvings, warps), first match; measured on the permute suites, H200,
+# 2026-11-30 (benchmarks/results/experiments/h200-2026-11-30-permute-variants-*.json)
+NARROW_STEPS = ((3, 2, 4), (VECTOR_BYTES, 1, 8))
 
 
 def _pow2_at_most(n: int, cap: int) -> int:
@@ -301,19 +303,23 @@ def vector_widths(sizes, in_strides, kept: bool, element_size: int) -> tuple[int
     return load, store
 
 
-def permute_config(element_size: int, narrow: bool = False) -> TileConfig:
-    """The tile area and warps of the N-D tile kernel: the 2-D transpose's large-class tile, or, when a
-    side's vectors are narrower than 16 bytes (``narrow``), half of it on 8 warps."""
+def permute_config(element_size: int, vector_bytes: int = VECTOR_BYTES) -> TileConfig:
+    """The tile area and warps of the N-D tile kernel: the 2-D transpose's large-class tile when both
+    sides move 16-byte vectors; with narrower vectors (``vector_bytes``, the narrower side's) the first
+    NARROW_STEPS entry that applies: a half tile on 8 warps, a quarter on 4 under 3 bytes."""
     config = triton_config(element_size)
-    if not (narrow and NARROW_RULE):
+    if not NARROW_RULE:
         return config
-    bm, bn = config.block_m, config.block_n
-    for _ in range(NARROW_HALVINGS):
-        if bm >= bn:
-            bm //= 2
-        else:
-            bn //= 2
-    return config._replace(block_m=bm, block_n=bn, num_warps=NARROW_WARPS)
+    for below, halvings, warps in NARROW_STEPS:
+        if vector_bytes < below:
+            bm, bn = config.block_m, config.block_n
+            for _ in range(halvings):
+                if bm >= bn:
+                    bm //= 2
+                else:
+                    bn //= 2
+            return config._replace(block_m=bm, block_n=bn, num_warps=warps)
+    return config
 
 
 def permute_launch(p, element_size: int) -> PermuteLaunch:
@@ -322,8 +328,8 @@ def permute_launch(p, element_size: int) -> PermuteLaunch:
     if p.kind in ("rows", "copy", "tiles"):
         kept = p.kind != "tiles"
         load, store = vector_widths(sizes, p.in_strides, kept, element_size)
-        narrow = min(load, store) * element_size < VECTOR_BYTES
-        return tile_launch(sizes, p.in_strides, kept, element_size, permute_config(element_size, narrow))
+        config = permute_config(element_size, min(load, store) * element_size)
+        return tile_launch(sizes, p.in_strides, kept, element_size, config)
     if p.kind == "general":
         return PermuteLaunch((GENERAL_BLOCK,), 4, (cdiv(_product(sizes), GENERAL_BLOCK),))
     raise ValueError(f"plan kind {p.kind!r} has no permute-kernel launch")
