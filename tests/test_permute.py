@@ -213,3 +213,115 @@ def test_tile_kernel_lanes_run_along_each_sides_fastest_axis(shape, dims, elemen
         assert shape[0] == fastest, (op, shape, (block_a, block_b))
         assert layout["order"][0] == 0, (op, layout)
         assert layout["threadsPerWarp"][0] * layout["sizePerThread"][0] > 1, (op, layout)
+
+
+def _decoded_max(index_count: int, sizes, strides) -> int:
+    """The largest offset the kernel's ``_decode`` forms over linear indices 0 .. index_count - 1."""
+    import numpy as np
+
+    index, off = np.arange(index_count, dtype=np.int64), np.zeros(index_count, dtype=np.int64)
+    for i, (size, stride) in enumerate(zip(sizes, strides)):
+        if i < len(sizes) - 1:
+            off += (index % size) * stride
+            index = index // size
+        else:
+            off += index * stride
+    return int(off.max())
+
+
+def _named_tile_cases():
+    return [(c[1], c[2], c[3], c[4]) for c in NAMED if c[-1] in ("rows", "tiles")]
+
+
+def _offset_cases():
+    rng = random.Random(1)
+    return _named_tile_cases() + [_random_case(rng) for _ in range(80)]
+
+
+def test_offset_bounds_cover_every_offset_the_kernel_forms():
+    """The planner's bound on the tile kernel's offsets (which picks int32 offsets below 2**31) is at
+    least the largest offset the kernel computes, masked tail lanes included: the kernel's decode run
+    over every linear index of the padded grid, on both sides, from the kernel's own arguments."""
+    from tileflip.kernels.triton_permute import tile_args
+
+    checked = 0
+    for i, (shape, dims, dtype, view) in enumerate(_offset_cases()):
+        x = _view(shape, view, dtype, "cpu", seed=i) if shape else random_bits((), dtype)
+        p = plan.plan_permute(tuple(x.shape), tuple(x.stride()), dims, x.element_size())
+        if p.kind not in ("rows", "tiles", "copy"):
+            continue
+        go = tuning.permute_launch(p, x.element_size())
+        args, _ = tile_args(p, go)
+        a_in, a_out, b_in, b_out, n = args[4:6], args[6:8], args[8:10], args[10:12], args[12:15]
+        (block_b, block_a), (tiles_b, tiles_a) = go.blocks, go.grid
+        pad_a, pad_b = tiles_a * block_a, tiles_b * block_b
+        worst_in = _decoded_max(pad_a, *a_in) + _decoded_max(pad_b, *b_in) + _decoded_max(go.batch, n[0], n[1])
+        worst_out = _decoded_max(pad_a, *a_out) + _decoded_max(pad_b, *b_out) + _decoded_max(go.batch, n[0], n[2])
+        bound_in, bound_out = tuning.offset_bounds(p.sizes, p.in_strides, ((go.a_dims, block_a), (go.b_dims, block_b)))
+        assert worst_in <= bound_in, (shape, dims, view, worst_in, bound_in)
+        assert worst_out <= bound_out, (shape, dims, view, worst_out, bound_out)
+        checked += 1
+    assert checked > 40
+
+
+# int8 (3, 1000, 1000, 680) -> (0, 3, 2, 1): offsets up to 2.04e9, bounded at 2.13e9 with the masked tails,
+# below 2**31 (int32 offsets); with 700 the bound passes 2**31 (int64). The GPU test below moves both.
+BIG_INT32 = ((3, 1000, 1000, 680), (0, 3, 2, 1))
+BIG_INT64 = ((3, 1000, 1000, 700), (0, 3, 2, 1))
+
+
+def _contiguous_strides(shape):
+    return tuple(torch.empty(shape, device="meta").stride())
+
+
+def _big_launch(case):
+    shape, dims = case
+    return tuning.permute_launch(plan.plan_permute(shape, _contiguous_strides(shape), dims, 1), 1)
+
+
+def test_offsets_switch_to_64_bits_at_2_31():
+    assert _big_launch(BIG_INT32).offsets64 is False
+    assert _big_launch(BIG_INT64).offsets64 is True
+    # a strided view: the offsets reach past 2**31 through a stride while the tensor holds few elements
+    p = plan.plan_permute((3, 40), (2**31 // 2, 1), (1, 0), 4)
+    assert p.kind == "tiles" and tuning.permute_launch(p, 4).offsets64 is True
+
+
+@pytest.fixture
+def int64_offsets(monkeypatch):
+    """Every tile-kernel launch with int64 offsets, as for tensors past 2**31 elements."""
+    from tileflip.kernels import triton_permute
+
+    monkeypatch.setattr(tuning, "OFFSETS32_RULE", False)
+    triton_permute.clear_cache()
+    yield
+    triton_permute.clear_cache()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_int64_offset_path(device, int64_offsets):
+    """The int64 offset path, which only tensors of 2**31 elements and more take by themselves, on the
+    named cases of the tile kernel."""
+    from tileflip.kernels.triton_permute import launch_of
+
+    for i, (shape, dims, dtype, view) in enumerate(_named_tile_cases()):
+        x = _view(shape, view, dtype, device, seed=i)
+        p = plan.plan_permute(tuple(x.shape), tuple(x.stride()), dims, x.element_size())
+        if p.kind not in ("rows", "tiles"):
+            continue
+        assert launch_of(p, x.element_size())[0].offsets64
+        out = poisoned(tuple(x.shape[d] for d in dims), dtype, device)
+        tileflip.permute(x, dims, out)
+        assert_bits_equal(out, x.permute(dims))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape,dims", [BIG_INT32, BIG_INT64], ids=["int32-offsets", "int64-offsets"])
+def test_offsets_near_and_past_2_31(shape, dims):
+    """2 GB int8 permutes whose offsets come near 2**31 (int32 offsets) and pass it (int64 offsets)."""
+    x = torch.randint(1, 256, shape, dtype=torch.uint8, device="cuda").view(torch.int8)
+    out = poisoned(tuple(shape[d] for d in dims), torch.int8, "cuda")
+    tileflip.permute(x, dims, out)
+    want = x.permute(dims).contiguous()
+    differ = int((out != want).sum())
+    assert differ == 0, f"{differ} of {out.numel()} bytes differ"

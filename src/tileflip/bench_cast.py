@@ -174,7 +174,8 @@ def cli(argv: list[str]) -> int:
     p.add_argument("--rounds", type=int, default=3, help="interleaved rounds per shape (default 3)")
     p.add_argument("--quick", action="store_true", help="shorter repetitions")
     p.add_argument("--tiles", default="",
-                   help="extra tile configs to time, comma-separated BMxBNwW[gG] (e.g. 64x128w8, 128x128w8g8)")
+                   help="extra tile configs to time, comma-separated BMxBNwW[gG][rR] (e.g. 64x128w8, 128x128w8g8, "
+                        "128x128w8g4r80: bands of 4 tile rows, at most 80 registers per thread)")
     p.add_argument("--out", default="benchmarks/results", help="folder for the JSON")
     args = p.parse_args(argv)
     import torch
@@ -188,9 +189,10 @@ def cli(argv: list[str]) -> int:
     configs = {}
     for spec in filter(None, args.tiles.split(",")):
         tile, rest = spec.split("w")
+        rest, _, regs = rest.partition("r")  # ...rR: at most R registers per thread
         warps, _, group = rest.partition("g")  # BMxBNwW or BMxBNwWgG (bands of G tile rows)
         bm, bn = (int(v) for v in tile.split("x"))
-        configs[spec] = TileConfig(bm, bn, int(warps), int(group or 1))
+        configs[spec] = TileConfig(bm, bn, int(warps), int(group or 1), maxnreg=int(regs or 0))
     log = functools.partial(print, file=sys.stderr, flush=True)
     records = measure_cast(shapes, args.rounds, args.quick, log, configs=configs)
     print(table(records))

@@ -26,14 +26,16 @@ TABLE_FILE = Path(__file__).with_name("data") / "tuning-h200.json"
 class TileConfig(NamedTuple):
     """A Triton tile: BLOCK_M x BLOCK_N elements, ``num_warps``, the program order ``group_m`` (1 walks
     rows of tiles; G > 1 walks bands of G tile rows) and ``interior`` (1: interior tiles take an
-    unmasked branch, at the price of the registers of two code paths; 0: every tile is masked). A
-    tuple, so that hashing it on the launch path is done in C."""
+    unmasked branch, at the price of the registers of two code paths; 0: every tile is masked) and
+    ``maxnreg`` (a cap on registers per thread passed to the compiler, 0 for none; a kernel that
+    honours it says so). A tuple, so that hashing it on the launch path is done in C."""
 
     block_m: int
     block_n: int
     num_warps: int
     group_m: int = 1
     interior: int = 1
+    maxnreg: int = 0
 
 
 DEFAULT_TILES = {
@@ -144,6 +146,7 @@ GENERAL_BLOCK = 1024
 VECTOR_BYTES = 16
 B_FAST_RULE = True  # tile_launch: consecutive programs along the axis of fewer tiles
 NARROW_RULE = True  # permute_config: smaller tiles on fewer warps when a side's vectors are under 16 bytes
+OFFSETS32_RULE = True  # tile_launch: int32 offsets wherever offset_bounds allows (False: always int64)
 # (vector bytes below which, tile halvings, warps), first match; measured on the permute suites, H200,
 # 2026-11-30 (benchmarks/results/experiments/h200-2026-11-30-permute-variants-*.json)
 NARROW_STEPS = ((3, 2, 4), (VECTOR_BYTES, 1, 8))
@@ -180,8 +183,11 @@ class PermuteLaunch:
     elements; ``a_dims`` / ``b_dims`` / ``batch_dims`` are merged dimensions (indices into the plan's
     sizes), innermost first; ``vec`` = (load, store) vector widths in elements that the kernel may
     assume on full tiles (they divide every size and stride involved); ``kept``: the output's fastest
-    dimension is also the input's, so stores run along A (no transpose in registers); ``b_fast``:
-    consecutive programs step along B (else along A).
+    dimension is also the input's, so stores run along A (no transpose in registers); ``wide``: tile
+    indices need 64 bits; ``b_fast``: consecutive programs step along B (else along A);
+    ``offsets64``: some element offset the kernel forms, masked tail lanes included, may reach 2**31,
+    so offsets are computed in 64 bits (else in 32: on a tile of 1- or 2-byte scalars the 64-bit
+    offsets took about 40% more registers, halving the programs an SM holds; see ``offsets_need_64``).
     general: ``blocks`` = (BLOCK,), ``grid`` = (programs,).
     """
 
@@ -196,6 +202,7 @@ class PermuteLaunch:
     kept: bool = False
     wide: bool = False
     b_fast: bool = False
+    offsets64: bool = True
 
     @property
     def programs(self) -> int:
@@ -280,10 +287,40 @@ def tile_launch(sizes, in_strides, kept: bool, element_size: int, config) -> Per
     # Consecutive programs step along the axis of fewer tiles, so the programs running at once cover
     # whole runs of the output (and input) rather than one column of tiles across many rows.
     b_fast = B_FAST_RULE and grid[0] < grid[1]
+    offsets64 = wide or not OFFSETS32_RULE or offsets_need_64(sizes, in_strides, ((a_dims, block_a), (b_dims, block_b)))
     return PermuteLaunch(
         (block_b, block_a), config.num_warps, grid, _product(sizes[d] for d in batch_dims),
-        a_dims, b_dims, batch_dims, (load, store), kept, wide, b_fast,
+        a_dims, b_dims, batch_dims, (load, store), kept, wide, b_fast, offsets64,
     )  # fmt: skip
+
+
+def offset_bounds(sizes, in_strides, axes) -> tuple[int, int]:
+    """Bounds (input, output) on the element offsets the tile kernel forms for these merged sizes and
+    input strides, masked tail lanes included, where ``axes`` holds (dims, block) for each tile axis.
+
+    The largest in-range offset of a side is sum((size - 1) * stride). A masked tail lane decodes a
+    linear index past its axis's size by at most ``pad`` = (tiles * block - size) elements; only the
+    axis's outermost dimension (which takes no ``%``) then runs over, by at most ``pad`` steps of its
+    stride, so the axis adds at most ``pad * max(stride)`` (also where a side merges the axis's
+    dimensions)."""
+    out_strides, acc = [], 1
+    for size in reversed(sizes):
+        out_strides.append(acc)
+        acc *= size
+    out_strides.reverse()
+    bounds = []
+    for strides in (in_strides, out_strides):
+        top = sum((size - 1) * stride for size, stride in zip(sizes, strides))
+        for dims, block in axes:
+            size = _product(sizes[d] for d in dims)
+            top += (cdiv(size, block) * block - size) * max((strides[d] for d in dims), default=0)
+        bounds.append(top)
+    return bounds[0], bounds[1]
+
+
+def offsets_need_64(sizes, in_strides, axes) -> bool:
+    """Whether an offset of the tile kernel may reach 2**31 on either side (``offset_bounds``)."""
+    return max(offset_bounds(sizes, in_strides, axes)) >= 2**31
 
 
 def vector_widths(sizes, in_strides, kept: bool, element_size: int) -> tuple[int, int]:

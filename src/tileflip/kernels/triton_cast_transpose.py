@@ -346,7 +346,8 @@ def launch(x, y, y_t, partials, scale, dtype, config: TileConfig | None = None, 
            *(t.data_ptr() % 16 == 0 for t in ptrs))  # fmt: skip
     kernel = _compiled.get(key)
     if kernel is None:
-        _compiled[key] = cast_transpose_kernel[(programs,)](*ptrs, scale_v, *args, num_warps=config.num_warps)
+        options = {"num_warps": config.num_warps} | ({"maxnreg": config.maxnreg} if config.maxnreg else {})
+        _compiled[key] = cast_transpose_kernel[(programs,)](*ptrs, scale_v, *args, **options)
         return
     kernel.run(programs, 1, 1, current_stream(device), kernel.function, kernel.packed_metadata,
                None, None, None, *ptrs, scale_v, *args)  # fmt: skip
@@ -461,4 +462,5 @@ def compile_for_target(
     divisible = [*pointers, "M", "N", "stride_xm"]
     attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in divisible}
     source = ASTSource(fn=fn, signature={n: signature[n] for n in names}, constexprs=constexprs, attrs=attrs)
-    return triton.compile(source, target=GPUTarget("cuda", arch, 32), options={"num_warps": config.num_warps})
+    options = {"num_warps": config.num_warps} | ({"maxnreg": config.maxnreg} if config.maxnreg else {})
+    return triton.compile(source, target=GPUTarget("cuda", arch, 32), options=options)

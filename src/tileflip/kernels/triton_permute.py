@@ -9,7 +9,8 @@ decodes an axis over its own merged dimensions (``merge_side``), so a run that i
 side is one multiply by a unit stride, visibly contiguous to Triton's analysis. The general kernel gathers
 each output element from its input offset (1-D gathers). Dimension tuples are ordered innermost first,
 sizes and strides are runtime arguments (only ranks, blocks and vector widths are constexpr), and
-memory offsets are int64.
+memory offsets are int32 where the planner bounds every offset below 2**31 (``PermuteLaunch.offsets64``;
+64-bit offsets held most of the registers of the 1- and 2-byte scalar tiles), else int64.
 
 The planner's vector widths (``PermuteLaunch.vec``: powers of two that divide every size and stride
 involved) are asserted with ``tl.multiple_of`` and ``tl.max_contiguous``, so loads and stores use up to
@@ -31,15 +32,25 @@ from tileflip.dtypes import as_uint
 
 
 @triton.jit
-def _decode(index, sizes, strides, N: tl.constexpr):
-    """Offset of a linear index over N dimensions (innermost first); the outermost takes no ``%``."""
-    off = (index * 0).to(tl.int64)
-    for i in tl.static_range(N):
-        if i < N - 1:
-            off += (index % sizes[i]).to(tl.int64) * strides[i]
-            index = index // sizes[i]
-        else:
-            off += index.to(tl.int64) * strides[i]
+def _decode(index, sizes, strides, N: tl.constexpr, OFF64: tl.constexpr):
+    """Offset of a linear index over N dimensions (innermost first); the outermost takes no ``%``.
+    In int64 when OFF64, else in int32 (the planner has bounded every offset below 2**31)."""
+    if OFF64:
+        off = (index * 0).to(tl.int64)
+        for i in tl.static_range(N):
+            if i < N - 1:
+                off += (index % sizes[i]).to(tl.int64) * strides[i]
+                index = index // sizes[i]
+            else:
+                off += index.to(tl.int64) * strides[i]
+    else:
+        off = (index * 0).to(tl.int32)
+        for i in tl.static_range(N):
+            if i < N - 1:
+                off += (index % sizes[i]).to(tl.int32) * strides[i]
+                index = index // sizes[i]
+            else:
+                off += index.to(tl.int32) * strides[i]
     return off
 
 
@@ -50,7 +61,7 @@ def permute_tile_kernel(
     NA_IN: tl.constexpr, NA_OUT: tl.constexpr, NB_IN: tl.constexpr, NB_OUT: tl.constexpr, NN: tl.constexpr,
     BLOCK_B: tl.constexpr, BLOCK_A: tl.constexpr,
     VEC_LOAD: tl.constexpr, VEC_STORE: tl.constexpr, KEPT: tl.constexpr, WIDE: tl.constexpr,
-    B_FAST: tl.constexpr,
+    B_FAST: tl.constexpr, OFF64: tl.constexpr,
 ):  # fmt: skip
     """One BLOCK_A x BLOCK_B tile of one batch element: loaded along A, stored along A (KEPT: the output's
     fastest dimension is the input's) or transposed and stored along B.
@@ -72,10 +83,10 @@ def permute_tile_kernel(
         pid_b = pid_b.to(tl.int64)
     ra = pid_a * BLOCK_A + tl.arange(0, BLOCK_A)
     rb = pid_b * BLOCK_B + tl.arange(0, BLOCK_B)
-    in_a = _decode(ra, a_in_sizes, a_in, NA_IN)
-    out_a = _decode(ra, a_out_sizes, a_out, NA_OUT)
-    in_b = _decode(rb, b_in_sizes, b_in, NB_IN) + _decode(batch, n_sizes, n_in, NN)
-    out_b = _decode(rb, b_out_sizes, b_out, NB_OUT) + _decode(batch, n_sizes, n_out, NN)
+    in_a = _decode(ra, a_in_sizes, a_in, NA_IN, OFF64)
+    out_a = _decode(ra, a_out_sizes, a_out, NA_OUT, OFF64)
+    in_b = _decode(rb, b_in_sizes, b_in, NB_IN, OFF64) + _decode(batch, n_sizes, n_in, NN, OFF64)
+    out_b = _decode(rb, b_out_sizes, b_out, NB_OUT, OFF64) + _decode(batch, n_sizes, n_out, NN, OFF64)
     load_offs = in_a[:, None] + in_b[None, :]
     if KEPT:
         store_offs = out_a[:, None] + out_b[None, :]
@@ -111,7 +122,7 @@ def permute_general_kernel(x_ptr, out_ptr, numel, sizes, in_strides, NDIM: tl.co
     """Fallback: each output element (contiguous) gathered from its input offset."""
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < numel
-    v = tl.load(x_ptr + _decode(offs, sizes, in_strides, NDIM), mask=mask)
+    v = tl.load(x_ptr + _decode(offs, sizes, in_strides, NDIM, True), mask=mask)
     tl.store(out_ptr + offs, v, mask=mask)
 
 
@@ -150,7 +161,7 @@ def tile_args(plan, go) -> tuple[tuple, dict]:
     constexprs = dict(
         NA_IN=len(a_in[0]), NA_OUT=len(a_out[0]), NB_IN=len(b_in[0]), NB_OUT=len(b_out[0]), NN=len(n[0]),
         BLOCK_B=go.blocks[0], BLOCK_A=go.blocks[1], VEC_LOAD=go.vec[0], VEC_STORE=go.vec[1], KEPT=go.kept,
-        WIDE=go.wide, B_FAST=go.b_fast,
+        WIDE=go.wide, B_FAST=go.b_fast, OFF64=go.offsets64,
     )  # fmt: skip
     return args, constexprs
 
