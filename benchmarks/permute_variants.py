@@ -3,10 +3,10 @@ each case's copy and every setting timed interleaved; checks each result's bits 
 
 ``python benchmarks/permute_variants.py OUT.json VARIANT...`` where a VARIANT is ``name:key=value,...``
 with keys ``fold`` (``tuning.FOLD_FACTOR``), ``bfast`` / ``narrow`` / ``off32`` (0 or 1:
-``tuning.B_FAST_RULE``, ``tuning.NARROW_RULE``, ``tuning.OFFSETS32_RULE``), ``nhalve`` / ``nwarps``
-(the narrow rule's halvings and warps), ``warps`` (num_warps) and ``area`` (a factor on the large
-tile's area: 0.5 halves the larger side; with ``warps`` or ``area`` the narrow rule is off). Prints
-one line per case and a summary per variant.
+``tuning.B_FAST_RULE``, ``tuning.NARROW_RULE``, ``tuning.OFFSETS32_RULE``), ``nhalve`` / ``nwarps`` /
+``noff32`` (one narrow step for every vector under 16 bytes: its halvings, warps, and 0 to keep its
+int64 offsets), ``warps`` (num_warps) and ``area`` (a factor on the large tile's area: 0.5 halves the
+larger side; with ``warps`` or ``area`` the narrow rule is off). Prints one line per case and a summary per variant.
 """
 
 import json
@@ -35,7 +35,8 @@ def apply(opts: dict) -> None:
     tuning.NARROW_RULE = bool(opts.get("narrow", 1))
     tuning.OFFSETS32_RULE = bool(opts.get("off32", 1))
     if "nhalve" in opts or "nwarps" in opts:  # one narrow step for every vector under 16 bytes
-        tuning.NARROW_STEPS = ((tuning.VECTOR_BYTES, int(opts.get("nhalve", 1)), int(opts.get("nwarps", 8))),)
+        halvings, warps = int(opts.get("nhalve", 1)), int(opts.get("nwarps", 8))
+        tuning.NARROW_STEPS = ((tuning.VECTOR_BYTES, halvings, warps, bool(opts.get("noff32", 1))),)
     else:
         tuning.NARROW_STEPS = NARROW_STEPS
     if "area" not in opts and "warps" not in opts:

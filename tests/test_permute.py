@@ -264,10 +264,12 @@ def test_offset_bounds_cover_every_offset_the_kernel_forms():
     assert checked > 40
 
 
-# int8 (3, 1000, 1000, 680) -> (0, 3, 2, 1): offsets up to 2.04e9, bounded at 2.13e9 with the masked tails,
-# below 2**31 (int32 offsets); with 700 the bound passes 2**31 (int64). The GPU test below moves both.
-BIG_INT32 = ((3, 1000, 1000, 680), (0, 3, 2, 1))
-BIG_INT64 = ((3, 1000, 1000, 700), (0, 3, 2, 1))
+# int8 (2, 1024, 1024, 1024) -> (0, 3, 2, 1): 2**31 elements, no masked tails, the largest offset is
+# 2**31 - 1 (int32 offsets at their limit); (3, 1008, 1008, 688) holds fewer elements, but its masked
+# tails bound past 2**31 (int64 offsets). Both move 16-byte vectors (no narrow step). The GPU test
+# below runs both.
+BIG_INT32 = ((2, 1024, 1024, 1024), (0, 3, 2, 1))
+BIG_INT64 = ((3, 1008, 1008, 688), (0, 3, 2, 1))
 
 
 def _contiguous_strides(shape):
@@ -318,10 +320,25 @@ def test_int64_offset_path(device, int64_offsets):
 @pytest.mark.gpu
 @pytest.mark.parametrize("shape,dims", [BIG_INT32, BIG_INT64], ids=["int32-offsets", "int64-offsets"])
 def test_offsets_near_and_past_2_31(shape, dims):
-    """2 GB int8 permutes whose offsets come near 2**31 (int32 offsets) and pass it (int64 offsets)."""
+    """2 GB int8 permutes whose offsets reach 2**31 - 1 (int32 offsets) and may pass it (int64 offsets)."""
     x = torch.randint(1, 256, shape, dtype=torch.uint8, device="cuda").view(torch.int8)
     out = poisoned(tuple(shape[d] for d in dims), torch.int8, "cuda")
     tileflip.permute(x, dims, out)
     want = x.permute(dims).contiguous()
     differ = int((out != want).sum())
     assert differ == 0, f"{differ} of {out.numel()} bytes differ"
+
+
+@pytest.mark.parametrize(
+    "shape,dims,element_size,offsets64",
+    [
+        ((32, 48, 47, 18, 10, 3), (0, 4, 1, 3, 5, 2), 2, False),  # 2-byte vectors: quarter tile, int32
+        ((320, 50, 28, 88), (0, 2, 3, 1), 2, True),  # 4-byte store vectors: half tile, int64 (measured)
+        ((8, 4096, 32, 128), (0, 3, 2, 1), 2, False),  # 16-byte vectors: int32
+    ],
+)
+def test_offset_width_follows_the_measured_rule(shape, dims, element_size, offsets64):
+    """Every offset of these launches is far below 2**31; only the half-tile narrow step keeps int64
+    offsets (tuning.NARROW_STEPS: measured faster there)."""
+    go = tuning.permute_launch(plan.plan_permute(shape, _contiguous_strides(shape), dims, element_size), element_size)
+    assert go.offsets64 is offsets64

@@ -13,7 +13,7 @@ shape of a known class reuses the compiled kernel of its class.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import NamedTuple
@@ -147,9 +147,14 @@ VECTOR_BYTES = 16
 B_FAST_RULE = True  # tile_launch: consecutive programs along the axis of fewer tiles
 NARROW_RULE = True  # permute_config: smaller tiles on fewer warps when a side's vectors are under 16 bytes
 OFFSETS32_RULE = True  # tile_launch: int32 offsets wherever offset_bounds allows (False: always int64)
-# (vector bytes below which, tile halvings, warps), first match; measured on the permute suites, H200,
-# 2026-11-30 (benchmarks/results/experiments/h200-2026-11-30-permute-variants-*.json)
-NARROW_STEPS = ((3, 2, 4), (VECTOR_BYTES, 1, 8))
+# (vector bytes below which, tile halvings, warps, int32 offsets allowed), first match; tiles and warps
+# measured on the permute suites, H200, 2026-11-30 (benchmarks/results/experiments/
+# h200-2026-11-30-permute-variants-*.json). Offsets, H200, 2026-12-01 (h200-2026-12-01-permute-variants.json):
+# int32 offsets cut the registers of the 4-warp quarter tiles from ~220 to ~128 per thread, twice the
+# programs per SM, and won on all 5 suite cases of that step (median 0.58 of copy against 0.37); on the
+# 8-warp half tiles they also doubled the programs per SM (e.g. 66 -> 40 registers) but lost on 10 of
+# 16 cases (median 0.72 against 0.82; the cause was not profiled), so that step keeps int64 offsets.
+NARROW_STEPS = ((3, 2, 4, True), (VECTOR_BYTES, 1, 8, False))
 
 
 def _pow2_at_most(n: int, cap: int) -> int:
@@ -340,23 +345,32 @@ def vector_widths(sizes, in_strides, kept: bool, element_size: int) -> tuple[int
     return load, store
 
 
+def narrow_step(vector_bytes: int):
+    """The NARROW_STEPS entry (below, halvings, warps, int32 offsets allowed) for a launch whose narrower
+    side moves ``vector_bytes`` per vector, or None (16-byte vectors, or the narrow rule off)."""
+    if NARROW_RULE:
+        for step in NARROW_STEPS:
+            if vector_bytes < step[0]:
+                return step
+    return None
+
+
 def permute_config(element_size: int, vector_bytes: int = VECTOR_BYTES) -> TileConfig:
     """The tile area and warps of the N-D tile kernel: the 2-D transpose's large-class tile when both
     sides move 16-byte vectors; with narrower vectors (``vector_bytes``, the narrower side's) the first
     NARROW_STEPS entry that applies: a half tile on 8 warps, a quarter on 4 under 3 bytes."""
     config = triton_config(element_size)
-    if not NARROW_RULE:
+    step = narrow_step(vector_bytes)
+    if step is None:
         return config
-    for below, halvings, warps in NARROW_STEPS:
-        if vector_bytes < below:
-            bm, bn = config.block_m, config.block_n
-            for _ in range(halvings):
-                if bm >= bn:
-                    bm //= 2
-                else:
-                    bn //= 2
-            return config._replace(block_m=bm, block_n=bn, num_warps=warps)
-    return config
+    _, halvings, warps, _ = step
+    bm, bn = config.block_m, config.block_n
+    for _ in range(halvings):
+        if bm >= bn:
+            bm //= 2
+        else:
+            bn //= 2
+    return config._replace(block_m=bm, block_n=bn, num_warps=warps)
 
 
 def permute_launch(p, element_size: int) -> PermuteLaunch:
@@ -365,8 +379,12 @@ def permute_launch(p, element_size: int) -> PermuteLaunch:
     if p.kind in ("rows", "copy", "tiles"):
         kept = p.kind != "tiles"
         load, store = vector_widths(sizes, p.in_strides, kept, element_size)
-        config = permute_config(element_size, min(load, store) * element_size)
-        return tile_launch(sizes, p.in_strides, kept, element_size, config)
+        vector_bytes = min(load, store) * element_size
+        go = tile_launch(sizes, p.in_strides, kept, element_size, permute_config(element_size, vector_bytes))
+        step = narrow_step(vector_bytes)
+        if step is not None and not step[3] and not go.offsets64:
+            go = replace(go, offsets64=True)  # a step measured faster with int64 offsets (NARROW_STEPS)
+        return go
     if p.kind == "general":
         return PermuteLaunch((GENERAL_BLOCK,), 4, (cdiv(_product(sizes), GENERAL_BLOCK),))
     raise ValueError(f"plan kind {p.kind!r} has no permute-kernel launch")
