@@ -35,22 +35,14 @@ from tileflip.dtypes import as_uint
 def _decode(index, sizes, strides, N: tl.constexpr, OFF64: tl.constexpr):
     """Offset of a linear index over N dimensions (innermost first); the outermost takes no ``%``.
     In int64 when OFF64, else in int32 (the planner has bounded every offset below 2**31)."""
-    if OFF64:
-        off = (index * 0).to(tl.int64)
-        for i in tl.static_range(N):
-            if i < N - 1:
-                off += (index % sizes[i]).to(tl.int64) * strides[i]
-                index = index // sizes[i]
-            else:
-                off += index.to(tl.int64) * strides[i]
-    else:
-        off = (index * 0).to(tl.int32)
-        for i in tl.static_range(N):
-            if i < N - 1:
-                off += (index % sizes[i]).to(tl.int32) * strides[i]
-                index = index // sizes[i]
-            else:
-                off += index.to(tl.int32) * strides[i]
+    DT: tl.constexpr = tl.int64 if OFF64 else tl.int32
+    off = (index * 0).to(DT)
+    for i in tl.static_range(N):
+        if i < N - 1:
+            off += (index % sizes[i]).to(DT) * strides[i]
+            index = index // sizes[i]
+        else:
+            off += index.to(DT) * strides[i]
     return off
 
 
