@@ -292,11 +292,16 @@ class PermutePlan:
 
     @property
     def out_strides(self) -> tuple:
-        strides, acc = [], 1
-        for size in reversed(self.sizes):
-            strides.append(acc)
-            acc *= size
-        return tuple(reversed(strides))
+        return contiguous_strides(self.sizes)
+
+
+def contiguous_strides(sizes) -> tuple:
+    """Strides (in elements) of a contiguous tensor of these sizes."""
+    strides, acc = [], 1
+    for size in reversed(sizes):
+        strides.append(acc)
+        acc *= size
+    return tuple(reversed(strides))
 
 
 def merge_dims(sizes, strides) -> tuple[tuple, tuple]:

@@ -13,12 +13,12 @@ shape of a known class reuses the compiled kernel of its class.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import NamedTuple
 
-from tileflip.plan import cdiv
+from tileflip.plan import cdiv, contiguous_strides
 
 TABLE_FILE = Path(__file__).with_name("data") / "tuning-h200.json"
 
@@ -269,8 +269,10 @@ def _axis_block(size: int, first: int, cap: int) -> int:
     return _pow2_at_most(size, cap)
 
 
-def tile_launch(sizes, in_strides, kept: bool, element_size: int, config) -> PermuteLaunch:
-    """The tile kernel's launch (plan kinds rows, copy and tiles) for merged sizes and input strides."""
+def tile_launch(sizes, in_strides, kept: bool, vec: tuple, config, offsets32: bool = True) -> PermuteLaunch:
+    """The tile kernel's launch (plan kinds rows, copy and tiles) for merged sizes and input strides,
+    with the (load, store) vector widths of ``vector_widths``; ``offsets32`` False keeps int64 offsets
+    even where ``offset_bounds`` would allow int32 (a narrow step measured faster so)."""
     area = config.block_m * config.block_n
     cap_a, cap_b = config.block_n, config.block_m
     a_dims, b_dims, batch_dims = fold_axes(sizes, in_strides, kept, cap_a, cap_b)
@@ -285,14 +287,17 @@ def tile_launch(sizes, in_strides, kept: bool, element_size: int, config) -> Per
     else:  # a short axis gives its share of the area to the other one
         block_b = _pow2_at_most(size_b, max(block_b, area // block_a))
         block_a = _pow2_at_most(size_a, max(block_a, area // block_b))
-    load, store = vector_widths(sizes, in_strides, kept, element_size)
-    load, store = min(load, block_a), min(store, block_a if kept else block_b)
+    load, store = min(vec[0], block_a), min(vec[1], block_a if kept else block_b)
     wide = max(size_a, size_b) + max(block_a, block_b) >= 2**31
     grid = (cdiv(size_b, block_b), cdiv(size_a, block_a))
     # Consecutive programs step along the axis of fewer tiles, so the programs running at once cover
     # whole runs of the output (and input) rather than one column of tiles across many rows.
     b_fast = B_FAST_RULE and grid[0] < grid[1]
-    offsets64 = wide or not OFFSETS32_RULE or offsets_need_64(sizes, in_strides, ((a_dims, block_a), (b_dims, block_b)))
+    offsets64 = (
+        wide
+        or not (offsets32 and OFFSETS32_RULE)
+        or offsets_need_64(sizes, in_strides, ((a_dims, block_a), (b_dims, block_b)))
+    )
     return PermuteLaunch(
         (block_b, block_a), config.num_warps, grid, _product(sizes[d] for d in batch_dims),
         a_dims, b_dims, batch_dims, (load, store), kept, wide, b_fast, offsets64,
@@ -308,13 +313,8 @@ def offset_bounds(sizes, in_strides, axes) -> tuple[int, int]:
     axis's outermost dimension (which takes no ``%``) then runs over, by at most ``pad`` steps of its
     stride, so the axis adds at most ``pad * max(stride)`` (also where a side merges the axis's
     dimensions)."""
-    out_strides, acc = [], 1
-    for size in reversed(sizes):
-        out_strides.append(acc)
-        acc *= size
-    out_strides.reverse()
     bounds = []
-    for strides in (in_strides, out_strides):
+    for strides in (in_strides, contiguous_strides(sizes)):
         top = sum((size - 1) * stride for size, stride in zip(sizes, strides))
         for dims, block in axes:
             size = _product(sizes[d] for d in dims)
@@ -378,13 +378,11 @@ def permute_launch(p, element_size: int) -> PermuteLaunch:
     sizes = p.sizes
     if p.kind in ("rows", "copy", "tiles"):
         kept = p.kind != "tiles"
-        load, store = vector_widths(sizes, p.in_strides, kept, element_size)
-        vector_bytes = min(load, store) * element_size
-        go = tile_launch(sizes, p.in_strides, kept, element_size, permute_config(element_size, vector_bytes))
+        vec = vector_widths(sizes, p.in_strides, kept, element_size)
+        vector_bytes = min(vec) * element_size
         step = narrow_step(vector_bytes)
-        if step is not None and not step[3] and not go.offsets64:
-            go = replace(go, offsets64=True)  # a step measured faster with int64 offsets (NARROW_STEPS)
-        return go
+        config = permute_config(element_size, vector_bytes)
+        return tile_launch(sizes, p.in_strides, kept, vec, config, offsets32=step is None or step[3])
     if p.kind == "general":
         return PermuteLaunch((GENERAL_BLOCK,), 4, (cdiv(_product(sizes), GENERAL_BLOCK),))
     raise ValueError(f"plan kind {p.kind!r} has no permute-kernel launch")

@@ -29,6 +29,7 @@ import triton.language as tl
 
 from tileflip import tuning
 from tileflip.dtypes import as_uint
+from tileflip.plan import merge_dims
 
 
 @triton.jit
@@ -127,15 +128,13 @@ def _axis(dims, sizes, in_strides, out_strides):
 
 def merge_side(sizes, strides) -> tuple[tuple, tuple]:
     """Merge an axis's dimensions (innermost first) for one side's decode where each steps over the one
-    before it exactly: a run contiguous on that side becomes one dimension, whose offsets Triton can then
-    see are contiguous."""
-    merged = [[sizes[0], strides[0]]]
-    for size, stride in zip(sizes[1:], strides[1:]):
-        if stride == merged[-1][0] * merged[-1][1]:
-            merged[-1][0] *= size
-        else:
-            merged.append([size, stride])
-    return tuple(m[0] for m in merged), tuple(m[1] for m in merged)
+    before it exactly (``plan.merge_dims``, which orders outermost first): a run contiguous on that side
+    becomes one dimension, whose offsets Triton can then see are contiguous. An axis of one size-1
+    dimension (``_axis``'s padding, a rank-0 copy) stays as it is."""
+    merged_sizes, merged_strides = merge_dims(sizes[::-1], strides[::-1])
+    if not merged_sizes:
+        return (1,), (strides[0],)
+    return merged_sizes[::-1], merged_strides[::-1]
 
 
 def tile_args(plan, go) -> tuple[tuple, dict]:
