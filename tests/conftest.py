@@ -10,7 +10,7 @@ import pytest
 import torch
 
 HAS_GPU = torch.cuda.is_available()
-if not HAS_GPU:
+if not HAS_GPU and not os.environ.get("TILEFLIP_TEST_WITHOUT_INTERPRETER"):  # helpers.without_interpreter
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 

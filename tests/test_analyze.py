@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import without_interpreter
 
 from tileflip import analyze as az
 from tileflip.plan import owner_of, transpose_grid
@@ -330,6 +331,7 @@ def test_all_twelve_h200_cases_within_10_points():
 
 @pytest.mark.parametrize("rec", az.TRITON_SM90_LAYOUTS,
                          ids=lambda r: f"{r['itemsize']}B-{r['block'][0]}x{r['block'][1]}-w{r['num_warps']}")
+@without_interpreter
 def test_triton_layouts_match_compiled_kernel(rec):
     pytest.importorskip("triton")
     from tileflip.kernels.triton_layout import transpose_layout

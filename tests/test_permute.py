@@ -5,7 +5,7 @@ import random
 import pytest
 import torch
 from conftest import HAS_GPU
-from helpers import assert_bits_equal, bits, poisoned, random_bits
+from helpers import assert_bits_equal, bits, poisoned, random_bits, without_interpreter
 
 import tileflip
 from tileflip import plan, tuning
@@ -194,6 +194,7 @@ LAYOUT_CASES = [
 
 
 @pytest.mark.parametrize("shape,dims,element_size", LAYOUT_CASES, ids=[str(c[0]) for c in LAYOUT_CASES])
+@without_interpreter
 def test_tile_kernel_lanes_run_along_each_sides_fastest_axis(shape, dims, element_size):
     """Compiled for sm_90 (no GPU): in every load and store of the tile kernel, full tiles and masked
     tails, a warp's lanes run along dimension 0 of the accessed tile, which the kernel makes the side's

@@ -7,7 +7,7 @@ The same cases run in Triton's interpreter on the CPU and natively, on every bac
 import pytest
 import torch
 from conftest import HAS_GPU
-from helpers import assert_bits_equal, bits, poisoned, random_bits
+from helpers import assert_bits_equal, bits, poisoned, random_bits, without_interpreter
 
 import tileflip
 from tileflip import dtypes
@@ -212,6 +212,7 @@ def test_triton_cpu_without_interpreter_is_refused(tmp_path):
 
 
 @pytest.mark.parametrize("element_size", [1, 2, 4, 8])
+@without_interpreter
 def test_compiles_for_sm90_without_gpu(element_size):
     from tileflip import tuning
     from tileflip.kernels import triton_transpose
