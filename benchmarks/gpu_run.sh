@@ -42,7 +42,10 @@ for step in "$@"; do
     bench-host) run bench-host 120 python3 -m tileflip.cli bench --suite host --out "$OUT" ;;
     bench-permute) run bench-permute 200 python3 -m tileflip.cli bench --suite permute --quick --out "$OUT" ;;
     bench-permute-random) run bench-permute-random 300 python3 -m tileflip.cli bench --suite permute-random --quick --out "$OUT" ;;
-    bench-cast-tiles) run bench-cast-tiles 200 python3 -m tileflip.cli bench --suite cast --quick --out "$OUT" --tiles 128x128w8g4r80,64x128w4g4r80,128x128w8g4r72 ;;
+    bench-cast-tiles) run bench-cast-tiles 300 python3 -m tileflip.cli bench --suite cast --quick --out "$OUT" \
+                        --tiles "${CAST_TILES:-128x128w8g4,128x128w8-atomic,128x128w16g4-atomic,128x128w8g4-i64-atomic}" ;;
+    cast-ncu) run cast-ncu 240 python3 benchmarks/cast_ncu.py 8192 28672 ${CAST_NCU:-128x128w8g4-atomic 128x128w8g4} ;;
+    tests-cast) run tests-cast 240 python3 -m pytest -m gpu -q -p no:cacheprovider -n 8 tests/test_cast_transpose.py ;;
     bench-cast) run bench-cast 200 python3 -m tileflip.cli bench --suite cast --quick --out "$OUT" ;;
     tests-compile) run tests-compile 120 python3 -m pytest -m gpu -q -p no:cacheprovider "tests/test_transpose.py::test_no_recompile_for_new_shapes_of_a_class" ;;
     dist-tests) run dist-tests 200 python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_distributed.py ;;

@@ -370,6 +370,28 @@ def test_finalize_amax(n, top, device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+def test_amax_slots(device):
+    """Each slot is a fresh int32 holding 0, 16-byte aligned like the rest (one compiled class), and a
+    slot handed out earlier keeps its value when later calls take theirs, across a pool refill."""
+    kernels._amax_pools.clear()
+    slots = [kernels.amax_slot(device) for _ in range(kernels.AMAX_POOL + 3)]
+    assert len({t.data_ptr() for t in slots}) == len(slots)
+    assert all(t.shape == () and t.dtype == torch.int32 and t.data_ptr() % 16 == 0 for t in slots)
+    assert all(t.item() == 0 for t in slots[:: kernels.AMAX_POOL // 8] + slots[-4:])
+    kept = [cast_transpose(torch.full((300, 140), float(v), device=device), E4M3, transpose=False)[2]
+            for v in (9.0, -3.0, 0.5)]  # fmt: skip
+    assert [a.item() for a in kept] == [9.0, 3.0, 0.5]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_amax_atomic_needs_one_slot(device):
+    x = torch.ones(64, 64, device=device)
+    y, y_t = torch.empty(64, 64, dtype=E4M3, device=device), torch.empty(64, 64, dtype=E4M3, device=device)
+    with pytest.raises(ValueError, match="amax_atomic=True needs partials of one int32"):
+        kernels.launch(x, y, y_t, torch.zeros(2, dtype=torch.int32, device=device), 1.0, E4M3, amax_atomic=True)
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("shape", [(0, 5), (5, 0), (0, 0)], ids=str)
 def test_empty(shape, device):
     y, y_t, a = cast_transpose(torch.empty(shape, device=device), E4M3)
@@ -467,7 +489,9 @@ for x_dtype in (torch.bfloat16, torch.float16, torch.float32):
             assert loads.count(".v4") * 16 == per_thread * x_dtype.itemsize, "x is read once, in 16-byte loads"
             assert len(loads) == loads.count(".v4") + 1, "the only other load is the scale's"
             stores = re.findall(r"st\\.global(?:\\.v(\\d))?\\.b32", ptx)
-            assert stores.count("") == 1, "one scalar store: the amax partial"
+            assert stores.count("") == 0, "no scalar store: the amax partial goes by an atomic"
+            atomics = re.findall(r"\\b(?:atom|red|fence|membar)\\.[\\w.]+", ptx)
+            assert atomics == ["atom.global.gpu.relaxed.max.s32"], ("one relaxed atomic max, no fence", atomics)
             assert sum(4 * int(v) for v in stores if v) == 2 * per_thread, "y and y_t written once, in vectors"
             assert len(re.findall(r"ld\\.shared\\.b8", ptx)) == 0, "y_t is transposed as 32-bit words, not bytes"
             ops = sass_ops(kernel.asm["cubin"])
@@ -586,6 +610,7 @@ def test_gpu_default_is_hw_cvt():
     """On sm_89+ cast_transpose takes the hardware path by default (and the integer one elsewhere)."""
     has = torch.cuda.get_device_capability() >= (8, 9)
     assert kernels.uses_hw_cvt("cuda") == has
+    kernels._compiled.clear()  # another test in this process may have compiled the class already
     before = set(kernels._compiled)
     x = torch.randn(48, 96, device="cuda", dtype=torch.float16)
     y, y_t, _ = cast_transpose(x, E5M2, 3.0)
@@ -615,16 +640,39 @@ def _kernel_names(fn) -> list[str]:
 @pytest.mark.gpu
 @pytest.mark.parametrize("scale", [0.5, "tensor"])
 def test_one_kernel_reads_x(scale):
-    """One kernel reads x; the amax needs at most one more, tiny, kernel over the partials; no copy of
-    the scale to the device and nothing else."""
+    """One kernel is the whole call, amax included (once a stream has its pool of zeroed amax slots):
+    no reduction kernel, no copy of the scale to the device, nothing else."""
     x = torch.randn(2048, 1536, device="cuda", dtype=torch.bfloat16)
     s = torch.tensor(0.5, device="cuda") if scale == "tensor" else scale
-    names = _kernel_names(lambda: cast_transpose(x, E4M3, s))
-    assert sum("cast_transpose_kernel" in n for n in names) == 1, names
-    assert len(names) <= 2, names
-    assert _kernel_names(lambda: cast_transpose(x, E4M3, s, amax=False)) == [n for n in names if "cast" in n]
-    # One program: its partial is the amax, no reduction kernel at all.
-    assert len(_kernel_names(lambda: cast_transpose(x[:100, :100], E4M3, s))) == 1
+    kernels._amax_pools.clear()
+    names = _kernel_names(lambda: cast_transpose(x, E4M3, s))  # the call before the profiled one fills a pool
+    assert len(names) == 1 and "cast_transpose_kernel" in names[0], names
+    assert _kernel_names(lambda: cast_transpose(x, E4M3, s, amax=False)) == names
+
+
+@pytest.mark.gpu
+def test_cuda_graph_replays_get_their_own_amax():
+    """Under CUDA graph capture the amax comes from per-program partials and a reduction kernel (a
+    zeroed slot would not be zeroed again between replays): every replay gives the amax of what x
+    holds then, also when it is smaller than the last one."""
+    x = torch.randn(512, 384, device="cuda", dtype=torch.bfloat16)
+    cast_transpose(x, E4M3)  # compile outside the capture
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        cast_transpose(x, E4M3)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        y, y_t, a = cast_transpose(x, E4M3)
+    for peak in (300.0, 7.0, -2.5, 0.25):
+        x.copy_(torch.randn(512, 384, device="cuda").clamp(-0.1, 0.1).bfloat16())
+        x[511, 3] = peak
+        graph.replay()
+        want = reference(x, E4M3)
+        assert_fp8_equal(y, want[0])
+        assert_fp8_equal(y_t, want[1])
+        assert_amax_equal(a, want[2])
 
 
 @pytest.mark.gpu

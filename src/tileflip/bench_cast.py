@@ -19,6 +19,7 @@ import functools
 import sys
 
 from tileflip.bench import _meta, _time, medians, write
+from tileflip.tuning import TileConfig
 
 SHAPES = [(16384, 16384), (8192, 28672)]
 BACKENDS = ["copy", "tileflip", "torch-eager", "torch-compile"]
@@ -131,16 +132,22 @@ def _functions(x, scale, fp8, reference, compiled, configs) -> dict:
 
 
 def _variant(x, scale, fp8, config, k):
-    """cast_transpose through the launcher with an explicit tile config (same outputs and finalize)."""
+    """cast_transpose through the launcher with an explicit tile config (same outputs and finalize);
+    ``config`` may be a pair (TileConfig, launch options) as ``parse_tiles`` gives."""
     import torch
 
     M, N = x.shape
+    config, options = config if isinstance(config[0], TileConfig) else (config, {})
 
     def run():
         y = torch.empty((M, N), dtype=fp8, device=x.device)
         y_t = torch.empty((N, M), dtype=fp8, device=x.device)
+        if options.get("amax_atomic"):
+            slot = k.amax_slot(x.device)
+            k.launch(x, y, y_t, slot, scale, fp8, config, **options)
+            return y, y_t, slot.view(torch.float32)
         partials = torch.empty(k.num_programs(M, N, x.element_size(), config), dtype=torch.int32, device=x.device)
-        k.launch(x, y, y_t, partials, scale, fp8, config)
+        k.launch(x, y, y_t, partials, scale, fp8, config, **options)
         return y, y_t, k.finalize_amax(partials)
 
     return run
@@ -168,6 +175,24 @@ def table(records: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def parse_tiles(specs: str) -> dict:
+    """{spec: (TileConfig, launch options)} for comma-separated specs BMxBNwW[gG][rR][-i64][-atomic]: -i64
+    forces int64 offsets, -atomic takes the amax by the atomic max (else per-program partials and a
+    reduction kernel, as under CUDA graph capture)."""
+    configs = {}
+    for spec in filter(None, specs.split(",")):
+        tile, *suffixes = spec.split("-")
+        tile, rest = tile.split("w")
+        rest, _, regs = rest.partition("r")  # ...rR: at most R registers per thread
+        warps, _, group = rest.partition("g")  # BMxBNwW or BMxBNwWgG (bands of G tile rows)
+        bm, bn = (int(v) for v in tile.split("x"))
+        config = TileConfig(bm, bn, int(warps), int(group or 1), maxnreg=int(regs or 0))
+        options = {"off64": True} if "i64" in suffixes else {}
+        options |= {"amax_atomic": True} if "atomic" in suffixes else {}
+        configs[spec] = (config, options)
+    return configs
+
+
 def cli(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="python -m tileflip.bench_cast", description=__doc__.split("\n\n")[0])
     p.add_argument("--shapes", default=",".join(f"{m}x{n}" for m, n in SHAPES), help="comma-separated MxN")
@@ -175,7 +200,8 @@ def cli(argv: list[str]) -> int:
     p.add_argument("--quick", action="store_true", help="shorter repetitions")
     p.add_argument("--tiles", default="",
                    help="extra tile configs to time, comma-separated BMxBNwW[gG][rR] (e.g. 64x128w8, 128x128w8g8, "
-                        "128x128w8g4r80: bands of 4 tile rows, at most 80 registers per thread)")
+                        "128x128w8g4r80: bands of 4 tile rows, at most 80 registers per thread; suffixes -i64 "
+                        "for int64 offsets, -atomic for the atomic amax, else partials and a reduction kernel)")
     p.add_argument("--out", default="benchmarks/results", help="folder for the JSON")
     args = p.parse_args(argv)
     import torch
@@ -183,16 +209,8 @@ def cli(argv: list[str]) -> int:
     if not torch.cuda.is_available():
         print("the cast_transpose benchmark needs a CUDA GPU", file=sys.stderr)
         return 2
-    from tileflip.tuning import TileConfig
-
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
-    configs = {}
-    for spec in filter(None, args.tiles.split(",")):
-        tile, rest = spec.split("w")
-        rest, _, regs = rest.partition("r")  # ...rR: at most R registers per thread
-        warps, _, group = rest.partition("g")  # BMxBNwW or BMxBNwWgG (bands of G tile rows)
-        bm, bn = (int(v) for v in tile.split("x"))
-        configs[spec] = TileConfig(bm, bn, int(warps), int(group or 1), maxnreg=int(regs or 0))
+    configs = parse_tiles(args.tiles)
     log = functools.partial(print, file=sys.stderr, flush=True)
     records = measure_cast(shapes, args.rounds, args.quick, log, configs=configs)
     print(table(records))

@@ -2,8 +2,9 @@
 
 FP8 training keeps each tensor in fp8 twice, row-major and transposed (Hopper's fp8 matrix
 instructions want K-major operands), and needs max|x| for the next scale. As separate torch ops that
-reads x several times; here one Triton kernel reads each tile once and writes it twice, and the amax
-comes from one int32 partial per program (a reduction over those partials is the only other kernel).
+reads x several times; here one Triton kernel reads each tile once and writes it twice, and each
+program folds the max|x| of its tile into the amax with an atomic max: one kernel is the whole call
+(while a CUDA graph is captured, a small reduction kernel over per-program partials follows).
 
 The conversion rule, exact on every input: ``y`` holds the bits torch gives for
 ``(x.float() * scale).clamp(-fmax, fmax).to(dtype)``, with the product taken in fp32 (a Python float
@@ -110,12 +111,24 @@ def cast_transpose(
     if x.numel() == 0:
         return y, y_t, (torch.zeros((), dtype=torch.float32, device=x.device) if amax else None)
     kernels = _kernels()
-    partials = None
-    if amax:
-        partials = torch.empty(kernels.num_programs(M, N, x.element_size()), dtype=torch.int32, device=x.device)
     if x.device.type == "cuda" and x.device.index != torch.cuda.current_device():
         with torch.cuda.device(x.device):
-            kernels.launch(x, y, y_t, partials, scale, dtype)
-            return y, y_t, (kernels.finalize_amax(partials) if amax else None)
-    kernels.launch(x, y, y_t, partials, scale, dtype)
-    return y, y_t, (kernels.finalize_amax(partials) if amax else None)
+            return y, y_t, _launch(kernels, x, y, y_t, scale, dtype, amax)
+    return y, y_t, _launch(kernels, x, y, y_t, scale, dtype, amax)
+
+
+def _launch(kernels, x, y, y_t, scale, dtype, amax: bool):
+    """Run the kernel; return the amax (or None). The programs fold their partials into a fresh zeroed
+    int32 with an atomic max, so the one kernel is the whole call. While a CUDA graph is being
+    captured the slot could not be zeroed again between replays, so the programs write one partial
+    each and a reduction kernel follows (``finalize_amax``)."""
+    if not amax:
+        kernels.launch(x, y, y_t, None, scale, dtype)
+        return None
+    if x.device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+        partials = torch.empty(kernels.num_programs(*x.shape, x.element_size()), dtype=torch.int32, device=x.device)
+        kernels.launch(x, y, y_t, partials, scale, dtype)
+        return kernels.finalize_amax(partials)
+    slot = kernels.amax_slot(x.device)
+    kernels.launch(x, y, y_t, slot, scale, dtype, amax_atomic=True)
+    return slot.view(torch.float32)

@@ -3,7 +3,10 @@
 One program owns one BLOCK_M x BLOCK_N tile of x: it reads the tile once, scales it in fp32, converts
 it once to fp8 bytes, and stores the bytes twice, row-major into ``y`` and transposed into ``y_t``.
 The same tile also yields the program's partial of ``max|x|``, so the amax needs no second pass over
-x, only a reduction over one int32 per program (``finalize_amax``).
+x: the programs fold their partials into one zeroed int32 with a relaxed atomic max (``amax_slot``),
+or write one int32 each for a reduction kernel (``finalize_amax``; what a CUDA graph capture uses).
+The atomic one is relaxed on purpose: an acquire-release atomic fences, making each program wait
+for its own stores, and an H200 ran that at 84% of copy where the partials ran at 91%.
 
 Tile structure (what makes the transpose cheap): the tile is loaded as four row sets, rows 4i + k for
 k = 0..3, four loads of one shape and layout, so every thread holds the same (i, n) slots of all four.
@@ -42,7 +45,8 @@ the fp32 bit patterns (no float max, which would drop a NaN): non-negative fp32 
 their patterns and every NaN pattern lies above inf's, so a NaN anywhere wins. Masked slots load 0.
 
 Launch style mirrors ``triton_transpose``: sizes and strides are runtime arguments, a 1-D grid from
-``tileflip.plan.transpose_grid``, int64 offsets, and a cache of compiled kernels that skips Triton's
+``tileflip.plan.transpose_grid``, int32 offsets unless some offset may reach 2**31
+(``needs_offsets_64``), and a cache of compiled kernels that skips Triton's
 binder after the first launch of a class. The outputs are passed as uint8 views (fp8 bytes), so the
 interpreter never runs its own fp8 casts.
 """
@@ -56,7 +60,7 @@ import triton.language as tl
 
 from tileflip.dtypes import as_uint
 from tileflip.kernels.triton_common import current_stream, is_interpreted_kernel, spec_key
-from tileflip.plan import transpose_grid
+from tileflip.plan import cdiv, transpose_grid
 from tileflip.tuning import TileConfig
 
 # fp8 formats: exponent bias, mantissa bits, and the fp32 bit pattern of the largest finite value.
@@ -71,7 +75,8 @@ FORMATS = {
 # warps a 2-byte input gives each thread 64 values: one 16-byte load per row set, one 16-byte store
 # per row set into y, four 16-byte stores into y_t, and 16 32-bit shared stores and loads for the
 # word transpose; sm_90 SASS of the hardware path is ~9 instructions per value (the integer path ~38),
-# 120 registers (two programs per SM). fp32 gets 16 warps for the same 16-byte accesses per thread.
+# 102 registers (two programs per SM; an H200 ran this faster than
+# 4 programs per SM of a 62-register variant, see the amax comment in the kernel). fp32 gets 16 warps for the same 16-byte accesses per thread.
 # 2-byte inputs walk programs in bands of 4 tile rows (measured on an H200, 2026-11-30: 91.2% / 88.9% of
 # copy on 16384^2 / 8192x28672 against 90.2% / 88.0% row by row; bands of 8 and 16 were no better).
 TILES = {
@@ -220,6 +225,8 @@ def cast_transpose_kernel(
     WITH_AMAX: tl.constexpr,
     HW_CVT: tl.constexpr,
     T_WORDS: tl.constexpr,
+    OFF64: tl.constexpr,
+    AMAX_ATOMIC: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     GROUP_M: tl.constexpr,
@@ -245,8 +252,11 @@ def cast_transpose_kernel(
     # have one shape and one layout, so each thread holds the same (i, n) of all four, and the bytes of
     # rows 4i..4i+3 of column n meet in one thread as one 32-bit word of y_t.
     R: tl.constexpr = BLOCK_M // 4
-    ri = pid_m.to(tl.int64) * R + tl.arange(0, R)  # word index along M: rows 4 * ri + k
-    rn = pid_n.to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)
+    if OFF64:
+        pid_m = pid_m.to(tl.int64)
+        pid_n = pid_n.to(tl.int64)
+    ri = pid_m * R + tl.arange(0, R)  # word index along M: rows 4 * ri + k
+    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     n_ok = rn[None, :] < N
     q0, b0 = _row_bytes(x_ptr, s, 4 * ri, rn, M, N, stride_xm, stride_xn, BIAS, MAN, FMAX_BITS, HW_CVT)
     q1, b1 = _row_bytes(x_ptr, s, 4 * ri + 1, rn, M, N, stride_xm, stride_xn, BIAS, MAN, FMAX_BITS, HW_CVT)
@@ -274,6 +284,9 @@ def cast_transpose_kernel(
                 t_mask = (rn[:, None] < N) & ((4 * ri + k)[None, :] < M)
                 tl.store(yt_bytes + k, ((wt >> (8 * k)) & 0xFF).to(tl.uint8), mask=t_mask)
     if WITH_AMAX:
+        # After the stores: placed before them, the partial's inputs die earlier and ptxas needs 62
+        # registers instead of 115 (4 programs per SM instead of 2), but an H200 ran the kernel slower
+        # (87.1% of copy against 89.2% on 8192x28672 bf16, same run; benchmarks/results/experiments).
         # max|x| without an "and" per value: as signed int32, the largest pattern is the largest
         # non-negative x if there is one, else the negative x of largest magnitude; as uint32 it is the
         # negative x of largest magnitude if there is one, else the largest non-negative x. One of the
@@ -283,7 +296,13 @@ def cast_transpose_kernel(
         u0, u1 = b0.to(tl.uint32, bitcast=True), b1.to(tl.uint32, bitcast=True)
         u2, u3 = b2.to(tl.uint32, bitcast=True), b3.to(tl.uint32, bitcast=True)
         top_u = tl.max(tl.maximum(tl.maximum(u0, u1), tl.maximum(u2, u3))).to(tl.int32, bitcast=True)
-        tl.store(amax_ptr + pid, tl.maximum(top_s & 0x7FFFFFFF, top_u & 0x7FFFFFFF))
+        top = tl.maximum(top_s & 0x7FFFFFFF, top_u & 0x7FFFFFFF)
+        if AMAX_ATOMIC:
+            # Into one int32 that holds 0 before the launch (``amax_slot``). Relaxed: no fence, so the
+            # program never waits for its stores; the result is read only after the kernel has ended.
+            tl.atomic_max(amax_ptr, top, sem="relaxed")
+        else:
+            tl.store(amax_ptr + pid, top)
 
 
 def is_interpreted() -> bool:
@@ -305,15 +324,18 @@ def fp32_value(scale: float) -> float:
 _compiled: dict = {}
 
 
-def launch(x, y, y_t, partials, scale, dtype, config: TileConfig | None = None, *, hw_cvt: bool | None = None) -> None:
+def launch(x, y, y_t, partials, scale, dtype, config: TileConfig | None = None, *, hw_cvt: bool | None = None,
+           off64: bool | None = None, amax_atomic: bool = False) -> None:  # fmt: skip
     """Cast the 2-D x (fp32/fp16/bf16, any strides, non-empty) into the contiguous fp8 ``y`` (M x N)
     and, when ``y_t`` is not None, ``y_t`` (N x M); when ``partials`` is not None, write each
-    program's amax partial into it (int32, one per program, ``num_programs`` of them).
+    program's amax partial into it (int32, one per program, ``num_programs`` of them), or, with
+    ``amax_atomic``, fold every program's partial into its one int32, which must hold 0 (``amax_slot``).
 
     ``scale`` is a Python float or a 0-d fp32 tensor on x's device. ``hw_cvt`` picks the conversion:
     True the hardware's (GPUs of compute capability 8.9 and later), False the integer one, None the
-    hardware's wherever it exists (``uses_hw_cvt``). The caller has checked every argument; ``dtype``
-    is a key of ``FORMATS``.
+    hardware's wherever it exists (``uses_hw_cvt``). ``off64`` picks the offsets' width: None int32
+    unless ``needs_offsets_64``, True int64 (for tests and benchmarks; False is refused where int32
+    would overflow). The caller has checked every argument; ``dtype`` is a key of ``FORMATS``.
     """
     config = config or tile_config(x.element_size())
     if config.block_m % 4:
@@ -325,6 +347,11 @@ def launch(x, y, y_t, partials, scale, dtype, config: TileConfig | None = None, 
     M, N = x.shape
     sxm, sxn = x.stride()
     grid = transpose_grid(M, N, config.block_m, config.block_n, config.group_m)
+    wide = needs_offsets_64(M, N, sxm, sxn, config)
+    if off64 is None or wide:
+        if off64 is False:
+            raise ValueError(f"off64=False: offsets of a {M}x{N} x with strides {(sxm, sxn)} reach 2**31")
+        off64 = wide
     from_ptr = isinstance(scale, torch.Tensor)
     # Unused pointer slots get tensors of the same dtype as when used, so the signature never changes.
     scale_t = scale if from_ptr else (partials if partials is not None else _scratch(x.device)).view(torch.float32)
@@ -334,7 +361,11 @@ def launch(x, y, y_t, partials, scale, dtype, config: TileConfig | None = None, 
     t_words = y_t is not None and M % 4 == 0 and y_t.data_ptr() % 4 == 0
     yt_arg = y_u if y_t is None else (as_uint(y_t).view(torch.int32) if t_words else as_uint(y_t))
     amax_t = partials if partials is not None else scale_t.view(torch.int32)
-    flags = (*FORMATS[dtype], from_ptr, y_t is not None, partials is not None, bool(hw_cvt), t_words)
+    amax_atomic = amax_atomic and partials is not None
+    if amax_atomic and partials.numel() != 1:
+        raise ValueError(f"amax_atomic=True needs partials of one int32 (an amax_slot), got {partials.numel()}")
+    with_t, with_amax = y_t is not None, partials is not None
+    flags = (*FORMATS[dtype], from_ptr, with_t, with_amax, bool(hw_cvt), t_words, off64, amax_atomic)
     args = (M, N, sxm, sxn, grid.grid_m, grid.grid_n, *flags, config.block_m, config.block_n, config.group_m)
     programs = grid.programs
     if _INTERPRETED:
@@ -353,6 +384,17 @@ def launch(x, y, y_t, partials, scale, dtype, config: TileConfig | None = None, 
                None, None, None, *ptrs, scale_v, *args)  # fmt: skip
 
 
+def needs_offsets_64(M: int, N: int, stride_xm: int, stride_xn: int, config: TileConfig) -> bool:
+    """Whether an element offset the kernel forms may reach 2**31: into x, y or y_t, over the whole
+    padded grid (a masked tail lane computes its offset too; int32 would wrap there). On 1-2-byte
+    inputs int64 offsets cost no registers that matter (64 against 62 per thread on sm_90), so this
+    is about instructions, not occupancy."""
+    pad_m = cdiv(M, config.block_m) * config.block_m - 1
+    pad_n = cdiv(N, config.block_n) * config.block_n - 1
+    top = max(pad_m * stride_xm + pad_n * stride_xn, pad_m * N + pad_n, pad_n * M + pad_m)
+    return top >= 2**31
+
+
 _hw_cvt_by_device: dict = {}
 
 
@@ -369,6 +411,28 @@ def uses_hw_cvt(device) -> bool:
     GPUs that have it; never in the interpreter (inline PTX cannot run there)."""
     device = torch.device(device)
     return not _INTERPRETED and device.type == "cuda" and _has_hw_cvt(device.index)
+
+
+# One int32 per call for the atomic amax, each 0 until its kernel runs: slots are handed out of zeroed
+# pools, one pool per (device, stream) so that a pool's zeroing is ordered before every kernel that
+# uses its slots, and a slot is never handed out twice (a returned amax stays valid; a pool's memory
+# lives as long as any of its slots is referenced).
+AMAX_POOL = 4096
+_amax_pools: dict = {}
+
+
+def amax_slot(device) -> torch.Tensor:
+    """A fresh int32 holding 0 on ``device``, ordered before the current stream's later work (one fill
+    kernel per AMAX_POOL slots). Not for CUDA graph capture: a replay would reuse the slot unzeroed."""
+    device = torch.device(device)
+    stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
+    key = (device, stream)
+    pool = _amax_pools.get(key)
+    if pool is None or pool[1] == AMAX_POOL:
+        pool = _amax_pools[key] = [torch.zeros(4 * AMAX_POOL, dtype=torch.int32, device=device), 0]
+    slot = pool[0][4 * pool[1]]  # 16 bytes apart: every slot has the pointer alignment of the first
+    pool[1] += 1
+    return slot
 
 
 _scratch_by_device: dict = {}
@@ -434,6 +498,8 @@ def compile_for_target(
     amax: bool = True,
     hw_cvt: bool = True,
     t_words: bool = True,
+    off64: bool = False,
+    amax_atomic: bool = True,
 ):
     """Compile the kernel ahead of time for ``sm_<arch>`` without a GPU, with the common specialization of
     a contiguous input (i32 sizes divisible by 16, unit inner stride), in a process without the
@@ -455,7 +521,7 @@ def compile_for_target(
     bias, man, fmax_bits = FORMATS[dtype]
     constexprs = {"stride_xn": 1, "BIAS": bias, "MAN": man, "FMAX_BITS": fmax_bits,
                   "SCALE_FROM_PTR": scale_from_ptr, "STORE_T": transpose, "WITH_AMAX": amax,
-                  "HW_CVT": hw_cvt, "T_WORDS": t_words,
+                  "HW_CVT": hw_cvt, "T_WORDS": t_words, "OFF64": off64, "AMAX_ATOMIC": amax_atomic,
                   "BLOCK_M": config.block_m, "BLOCK_N": config.block_n, "GROUP_M": config.group_m}  # fmt: skip
     signature = pointers | {"scale_value": "fp32"} | dict.fromkeys(ints, "i32") | dict.fromkeys(constexprs, "constexpr")
     names = fn.arg_names
