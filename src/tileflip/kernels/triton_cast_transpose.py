@@ -75,8 +75,8 @@ FORMATS = {
 # warps a 2-byte input gives each thread 64 values: one 16-byte load per row set, one 16-byte store
 # per row set into y, four 16-byte stores into y_t, and 16 32-bit shared stores and loads for the
 # word transpose; sm_90 SASS of the hardware path is ~9 instructions per value (the integer path ~38),
-# 102 registers (two programs per SM; an H200 ran this faster than
-# 4 programs per SM of a 62-register variant, see the amax comment in the kernel). fp32 gets 16 warps for the same 16-byte accesses per thread.
+# 102 registers: two programs per SM (an H200 ran that faster than 4 programs per SM of a 62-register
+# variant; see the amax comment in the kernel). fp32 gets 16 warps for the same 16-byte accesses.
 # 2-byte inputs walk programs in bands of 4 tile rows (measured on an H200, 2026-11-30: 91.2% / 88.9% of
 # copy on 16384^2 / 8192x28672 against 90.2% / 88.0% row by row; bands of 8 and 16 were no better).
 TILES = {
