@@ -31,7 +31,7 @@ for step in "$@"; do
                set -- $s; run "analyze-$1-$2" 120 python3 -m tileflip.cli analyze --measure --no-ncu --shape "$1" --dtype "$2"; done ;;
     tests-permute) run tests-permute 240 python3 -m pytest -m gpu -q -p no:cacheprovider -n 8 tests/test_permute.py ;;
     permute-variants) run permute-variants 420 python3 benchmarks/permute_variants.py "$OUT/permute-variants.json" \
-                        rules off64:off32=0 n-half8:nhalve=1,nwarps=8 n-quarter8:nhalve=2,nwarps=8 n-half4:nwarps=4 ;;
+                        ${PERMUTE_VARIANTS:-rules off64:off32=0 n-half8:nhalve=1,nwarps=8 n-quarter8:nhalve=2,nwarps=8 n-half4:nwarps=4} ;;
     tests-new) run tests-new 240 python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_permute.py tests/test_cast_transpose.py tests/test_transpose.py ;;
     analyze-json) for s in "16384x16384 float32" "4096x4096 float32" "16384x16384 bfloat16"; do
                set -- $s; run "analyze-$1-$2" 120 sh -c "python3 -m tileflip.cli analyze --measure --no-ncu --json --shape $1 --dtype $2 > $OUT/analyze-$1-$2.json"; done ;;
@@ -45,6 +45,8 @@ for step in "$@"; do
     bench-cast-tiles) run bench-cast-tiles 300 python3 -m tileflip.cli bench --suite cast --quick --out "$OUT" \
                         --tiles "${CAST_TILES:-128x128w8g4,128x128w8-atomic,128x128w16g4-atomic,128x128w8g4-i64-atomic}" ;;
     cast-ncu) run cast-ncu 240 python3 benchmarks/cast_ncu.py 8192 28672 ${CAST_NCU:-128x128w8g4-atomic 128x128w8g4} ;;
+    maxnreg) run maxnreg 400 python3 benchmarks/maxnreg.py "$OUT/maxnreg.json" --quick ;;
+    residency) run residency 400 python3 benchmarks/residency.py "$OUT/residency.json" --quick ;;
     tests-cast) run tests-cast 240 python3 -m pytest -m gpu -q -p no:cacheprovider -n 8 tests/test_cast_transpose.py ;;
     bench-cast) run bench-cast 200 python3 -m tileflip.cli bench --suite cast --quick --out "$OUT" ;;
     tests-compile) run tests-compile 120 python3 -m pytest -m gpu -q -p no:cacheprovider "tests/test_transpose.py::test_no_recompile_for_new_shapes_of_a_class" ;;

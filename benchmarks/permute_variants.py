@@ -2,11 +2,13 @@
 each case's copy and every setting timed interleaved; checks each result's bits once.
 
 ``python benchmarks/permute_variants.py OUT.json VARIANT...`` where a VARIANT is ``name:key=value,...``
-with keys ``fold`` (``tuning.FOLD_FACTOR``), ``bfast`` / ``narrow`` / ``off32`` (0 or 1:
-``tuning.B_FAST_RULE``, ``tuning.NARROW_RULE``, ``tuning.OFFSETS32_RULE``), ``nhalve`` / ``nwarps`` /
-``noff32`` (one narrow step for every vector under 16 bytes: its halvings, warps, and 0 to keep its
-int64 offsets), ``warps`` (num_warps) and ``area`` (a factor on the large tile's area: 0.5 halves the
-larger side; with ``warps`` or ``area`` the narrow rule is off). Prints one line per case and a summary per variant.
+with keys ``fold`` (``tuning.FOLD_FACTOR``), ``bfast`` / ``narrow`` / ``off32`` / ``t4b`` (0 or 1:
+``tuning.B_FAST_RULE``, ``tuning.NARROW_RULE``, ``tuning.OFFSETS32_RULE``, ``tuning.TILES_4B``),
+``nhalve`` / ``nwarps`` / ``noff32`` (one narrow step for every vector under 16 bytes: its halvings,
+warps, and 0 to keep its int64 offsets), ``warps`` (num_warps) and ``area`` (a factor on the large
+tile's area: 0.5 halves the larger side; with ``warps`` or ``area`` the narrow rule and TILES_4B are
+off), ``mreg`` (a register cap on full-vector tile launches, ``tuning.PERMUTE_MAXNREG``) with
+``mregsize`` (only that element size). Prints one line per case and a summary per variant.
 """
 
 import json
@@ -21,6 +23,7 @@ from tileflip.kernels import triton_permute
 
 BASE_CONFIG = tuning.permute_config
 NARROW_STEPS = tuning.NARROW_STEPS
+TILES_4B = tuning.TILES_4B
 
 
 def parse(spec: str) -> tuple[str, dict]:
@@ -34,6 +37,9 @@ def apply(opts: dict) -> None:
     tuning.B_FAST_RULE = bool(opts.get("bfast", 1))
     tuning.NARROW_RULE = bool(opts.get("narrow", 1))
     tuning.OFFSETS32_RULE = bool(opts.get("off32", 1))
+    tuning.TILES_4B = TILES_4B if opts.get("t4b", 1) else {}
+    sizes = (int(opts["mregsize"]),) if "mregsize" in opts else (1, 2, 4, 8)
+    tuning.PERMUTE_MAXNREG = dict.fromkeys(sizes, int(opts["mreg"])) if "mreg" in opts else {}
     if "nhalve" in opts or "nwarps" in opts:  # one narrow step for every vector under 16 bytes
         halvings, warps = int(opts.get("nhalve", 1)), int(opts.get("nwarps", 8))
         tuning.NARROW_STEPS = ((tuning.VECTOR_BYTES, halvings, warps, bool(opts.get("noff32", 1))),)
@@ -43,7 +49,7 @@ def apply(opts: dict) -> None:
         tuning.permute_config = BASE_CONFIG
     else:
 
-        def config(element_size, vector_bytes=16):
+        def config(element_size, vector_bytes=16, kept=True):
             c = BASE_CONFIG(element_size)
             bm, bn = c.block_m, c.block_n
             area = opts.get("area", 1.0)

@@ -343,3 +343,17 @@ def test_offset_width_follows_the_measured_rule(shape, dims, element_size, offse
     offsets (tuning.NARROW_STEPS: measured faster there)."""
     go = tuning.permute_launch(plan.plan_permute(shape, _contiguous_strides(shape), dims, element_size), element_size)
     assert go.offsets64 is offsets64
+
+
+@pytest.mark.parametrize(
+    "shape,dims,blocks,warps",
+    [
+        ((48, 384, 32, 38), (0, 2, 3, 1), (64, 64), 16),  # 16-byte vectors: half the 2-D tile (TILES_4B)
+        ((23, 21, 112, 32, 16), (2, 1, 4, 3, 0), (64, 64), 16),  # 4-byte store vectors: TILES_4B
+        ((37, 16, 24, 29, 44), (0, 2, 1, 3, 4), (64, 128), 16),  # inner dimension kept: the 2-D tile
+    ],
+)
+def test_transposed_4_byte_tiles_follow_the_measured_rule(shape, dims, blocks, warps):
+    go = tuning.permute_launch(plan.plan_permute(shape, _contiguous_strides(shape), dims, 4), 4)
+    assert (go.blocks, go.num_warps) == (blocks, warps)
+    assert tuning.tiles_4b(2, 16, False) is None and tuning.tiles_4b(4, 8, False) is None

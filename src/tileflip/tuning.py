@@ -155,6 +155,16 @@ OFFSETS32_RULE = True  # tile_launch: int32 offsets wherever offset_bounds allow
 # 8-warp half tiles they also doubled the programs per SM (e.g. 66 -> 40 registers) but lost on 10 of
 # 16 cases (median 0.72 against 0.82; the cause was not profiled), so that step keeps int64 offsets.
 NARROW_STEPS = ((3, 2, 4, True), (VECTOR_BYTES, 1, 8, False))
+# Transposed tiles (kind tiles) of 4-byte elements whose narrower side moves 4 or 16 bytes: half the 2-D
+# tile's area on 16 warps, in place of the 2-D tile (16-byte vectors) or the narrow step's tile and warps
+# (4-byte vectors; its int64 offsets are kept). Measured on the permute suites, H200, 2026-12-01 (benchmarks/results/
+# experiments/h200-2026-12-01-permute-variants-warps-area.json, variant a05 against base): faster on
+# all 4 suite cases with 16-byte vectors (+0.1 to +2.3 points of copy); with 4-byte vectors on one
+# side faster on 2 of 3 (+4.0, +5.4; -4.4 on (38,17,20,13,14,13), under 75% either way).
+TILES_4B = {4: 1, 16: 1}  # narrower side's vector bytes -> halvings of the 2-D tile (16 warps kept)
+# Register caps (``maxnreg``) of tile launches whose both sides move 16-byte vectors, by element size
+# (none where absent).
+PERMUTE_MAXNREG: dict = {}
 
 
 def _pow2_at_most(n: int, cap: int) -> int:
@@ -193,6 +203,7 @@ class PermuteLaunch:
     ``offsets64``: some element offset the kernel forms, masked tail lanes included, may reach 2**31,
     so offsets are computed in 64 bits (else in 32: on a tile of 1- or 2-byte scalars the 64-bit
     offsets took about 40% more registers, halving the programs an SM holds; see ``offsets_need_64``).
+    ``maxnreg``: a cap on registers per thread for the compiler (0: none).
     general: ``blocks`` = (BLOCK,), ``grid`` = (programs,).
     """
 
@@ -208,6 +219,12 @@ class PermuteLaunch:
     wide: bool = False
     b_fast: bool = False
     offsets64: bool = True
+    maxnreg: int = 0
+
+    @property
+    def options(self) -> dict:
+        """Compile options of the launch besides its constexprs."""
+        return {"num_warps": self.num_warps} | ({"maxnreg": self.maxnreg} if self.maxnreg else {})
 
     @property
     def programs(self) -> int:
@@ -300,7 +317,7 @@ def tile_launch(sizes, in_strides, kept: bool, vec: tuple, config, offsets32: bo
     )
     return PermuteLaunch(
         (block_b, block_a), config.num_warps, grid, _product(sizes[d] for d in batch_dims),
-        a_dims, b_dims, batch_dims, (load, store), kept, wide, b_fast, offsets64,
+        a_dims, b_dims, batch_dims, (load, store), kept, wide, b_fast, offsets64, config.maxnreg,
     )  # fmt: skip
 
 
@@ -355,22 +372,38 @@ def narrow_step(vector_bytes: int):
     return None
 
 
-def permute_config(element_size: int, vector_bytes: int = VECTOR_BYTES) -> TileConfig:
+def permute_config(element_size: int, vector_bytes: int = VECTOR_BYTES, kept: bool = True) -> TileConfig:
     """The tile area and warps of the N-D tile kernel: the 2-D transpose's large-class tile when both
     sides move 16-byte vectors; with narrower vectors (``vector_bytes``, the narrower side's) the first
-    NARROW_STEPS entry that applies: a half tile on 8 warps, a quarter on 4 under 3 bytes."""
+    NARROW_STEPS entry that applies: a half tile on 8 warps, a quarter on 4 under 3 bytes. Transposed
+    (not ``kept``) 4-byte tiles follow TILES_4B where it has an entry."""
     config = triton_config(element_size)
+    halvings = tiles_4b(element_size, vector_bytes, kept)
+    if halvings is not None:
+        return _halve(config, halvings)
     step = narrow_step(vector_bytes)
     if step is None:
-        return config
+        return config._replace(maxnreg=PERMUTE_MAXNREG.get(element_size, 0))
     _, halvings, warps, _ = step
+    return _halve(config, halvings)._replace(num_warps=warps)
+
+
+def tiles_4b(element_size: int, vector_bytes: int, kept: bool) -> int | None:
+    """TILES_4B's halvings for a launch it covers (transposed 4-byte tiles), else None."""
+    if kept or element_size != 4:
+        return None
+    return TILES_4B.get(vector_bytes)
+
+
+def _halve(config: TileConfig, halvings: int) -> TileConfig:
+    """``config`` with its larger side halved ``halvings`` times."""
     bm, bn = config.block_m, config.block_n
     for _ in range(halvings):
         if bm >= bn:
             bm //= 2
         else:
             bn //= 2
-    return config._replace(block_m=bm, block_n=bn, num_warps=warps)
+    return config._replace(block_m=bm, block_n=bn)
 
 
 def permute_launch(p, element_size: int) -> PermuteLaunch:
@@ -380,8 +413,8 @@ def permute_launch(p, element_size: int) -> PermuteLaunch:
         kept = p.kind != "tiles"
         vec = vector_widths(sizes, p.in_strides, kept, element_size)
         vector_bytes = min(vec) * element_size
-        step = narrow_step(vector_bytes)
-        config = permute_config(element_size, vector_bytes)
+        step = narrow_step(vector_bytes)  # its offset rule holds for TILES_4B launches too (as measured)
+        config = permute_config(element_size, vector_bytes, kept)
         return tile_launch(sizes, p.in_strides, kept, vec, config, offsets32=step is None or step[3])
     if p.kind == "general":
         return PermuteLaunch((GENERAL_BLOCK,), 4, (cdiv(_product(sizes), GENERAL_BLOCK),))

@@ -94,12 +94,13 @@ def compile_transpose(block_m: int, block_n: int, num_warps: int, itemsize: int 
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": num_warps})
 
 
-def compile_launch(fn, args: dict, constexprs: dict, num_warps: int, pointer_type: str):
+def compile_launch(fn, args: dict, constexprs: dict, num_warps: int, pointer_type: str, maxnreg: int = 0):
     """Compile ``fn`` for sm_90 as a launch with these argument values would specialize it.
 
     ``args`` maps each runtime parameter to its value: pointers as ``None`` (typed ``pointer_type``, e.g.
     ``"*u16"``, and 16-byte aligned, as torch allocates), ints and tuples of ints as the launch passes
-    them (Triton's own specialization: i32 or i64, the constant 1, divisibility by 16).
+    them (Triton's own specialization: i32 or i64, the constant 1, divisibility by 16). ``maxnreg``
+    caps registers per thread (0: no cap), as the launch's own option does.
     """
     from triton._C.libtriton import native_specialize_impl
     from triton.backends.compiler import BaseBackend
@@ -125,7 +126,8 @@ def compile_launch(fn, args: dict, constexprs: dict, num_warps: int, pointer_typ
     constants = {path: get_iterable_path(values, path) for path in find_paths_if(types, lambda _, t: t == "constexpr")}
     attrs = {path: [["tt.divisibility", 16]] for path in find_paths_if(hints, lambda _, h: h == "D")}
     src = triton.compiler.ASTSource(fn=fn, signature=signature, constexprs=constants, attrs=attrs)
-    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": num_warps})
+    options = {"num_warps": num_warps} | ({"maxnreg": maxnreg} if maxnreg else {})
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
 
 
 _LAYOUT_DEF = re.compile(r"^(#\w+) = #ttg\.blocked<\{(.*)\}>", re.MULTILINE)

@@ -182,7 +182,7 @@ def launch(x, out, plan) -> None:
             NDIM=len(plan.sizes), BLOCK=go.blocks[0], num_warps=go.num_warps,
         )  # fmt: skip
         return
-    permute_tile_kernel[(go.programs,)](xi, oi, *args, **constexprs, num_warps=go.num_warps)
+    permute_tile_kernel[(go.programs,)](xi, oi, *args, **constexprs, **go.options)
 
 
 def compiled_tile_kernel(plan, element_size: int):
@@ -196,7 +196,7 @@ def compiled_tile_kernel(plan, element_size: int):
     names = [p.name for p in kernel.params if not p.is_constexpr]
     values = dict(zip(names, (None, None, *args)))
     pointer = {1: "*u8", 2: "*u16", 4: "*u32", 8: "*u64"}[element_size]
-    return compile_launch(kernel, values, constexprs, go.num_warps, pointer)
+    return compile_launch(kernel, values, constexprs, go.num_warps, pointer, maxnreg=go.maxnreg)
 
 
 def _compilable_module():

@@ -148,12 +148,13 @@ def launch_known(x, out, xp: int, op: int, M: int, N: int, sxm: int, sxn: int, s
         transpose_2d_kernel[(grid_m * grid_n,)](as_uint(x), as_uint(out), *scalars, num_warps=config.num_warps)
         return
     key = (config, es, wide, device, *_spec(M, N, sxm, sxn, som, xp, op))
-    _launch(transpose_2d_kernel, key, grid_m * grid_n, x, out, xp, op, scalars, config.num_warps)
+    _launch(transpose_2d_kernel, key, grid_m * grid_n, x, out, xp, op, scalars, config.num_warps, config.maxnreg)
 
 
-def _launch(kernel_fn, key, programs: int, x, out, xp: int, op: int, scalars: tuple, num_warps: int) -> None:
+def _launch(kernel_fn, key, programs: int, x, out, xp: int, op: int, scalars: tuple, num_warps: int,
+            maxnreg: int = 0) -> None:  # fmt: skip
     """Launch a compiled class through its C launcher, compiling it on first use (on the integer views).
-    ``key[3]`` is the device."""
+    ``key[3]`` is the device; ``maxnreg`` caps registers per thread (0: no cap)."""
     fast = _compiled.get(key)
     if type(fast) is tuple:
         c_launch, function, cooperative, pdl, metadata, _ = fast
@@ -161,7 +162,8 @@ def _launch(kernel_fn, key, programs: int, x, out, xp: int, op: int, scalars: tu
                  None, None, None, xp, op, *scalars)  # fmt: skip
     elif fast is None:
         # Compiled on the unsigned-integer views: one kernel per element size serves every dtype.
-        kernel = kernel_fn[(programs,)](as_uint(x), as_uint(out), *scalars, num_warps=num_warps)
+        options = {"maxnreg": maxnreg} if maxnreg else {}
+        kernel = kernel_fn[(programs,)](as_uint(x), as_uint(out), *scalars, num_warps=num_warps, **options)
         _compiled[key] = _fast_launcher(kernel) or kernel
     else:
         fast.run(programs, 1, 1, current_stream(key[3]), fast.function, fast.packed_metadata, None, None, None,
