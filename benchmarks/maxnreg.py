@@ -1,10 +1,16 @@
 """Experiment: register caps (``maxnreg``) on the 2-D transpose and permute tile kernels.
 
-``benchmarks/residency.py`` found every transpose slower with fewer programs per SM, and still gaining
-at its natural residency on 1-, 2- and 4-byte types (held down by registers: 16-warp programs of 37-49
-registers fit 2 or 3 per SM where 4 would fit by threads). This times each case's kernel as launched
-and with its registers capped at each of CAPS (compiled with ``maxnreg``), interleaved with a copy of
-the same bytes over 3 rounds; each variant's result is compared with torch's bit for bit.
+16-warp programs of 37-49 registers fit 2 or 3 per SM where 4 would fit by threads. This times each
+case's kernel as launched and with its registers capped at each of CAPS (compiled with ``maxnreg``),
+interleaved with a copy of the same bytes over 3 rounds; each variant's result is compared with
+torch's bit for bit.
+
+Finding (H200, 2026-12-01, benchmarks/results/experiments/h200-2026-12-01-maxnreg.json): no cap helped
+the 2-D transposes (int8 16384^2 0.911 as launched, 0.910 at 32 registers); caps that spill were far
+slower. A cap of 48 let ptxas use more registers (42 against 34-40) on some 2-byte permutes, which then
+ran faster (fp16 NHWC->NCHW 0.951 -> 0.969, bf16 (30,360,4608) 0.845 -> 0.913) or slower (bf16
+(1056,176,336) 0.958 -> 0.88 in the suite run); over the permute suites no cap raised the median
+(permute_variants.py mreg variants).
 
 ``python benchmarks/maxnreg.py OUT.json [--quick]``
 """

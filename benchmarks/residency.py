@@ -9,6 +9,12 @@ on an SM. Every case: a copy of the same bytes, then the natural launch and each
 over rounds; each result is checked against torch once.
 
 ``python benchmarks/residency.py OUT.json [--quick]``
+
+Finding (H200, 2026-12-01, benchmarks/results/experiments/h200-2026-12-01-residency.json): every cap
+below a kernel's natural residency was slower. The method is confounded, so this does not show that
+fewer programs are slower: shared memory and L1 share each SM's 256 KB, and padding 1 or 2 programs up
+to the whole SM's shared memory leaves L1, which holds the data of loads in flight, a few dozen KB.
+(Register caps, ``benchmarks/maxnreg.py``, changed residency the other way on some permutes.)
 """
 
 import json
