@@ -38,7 +38,6 @@ def apply(opts: dict) -> None:
     tuning.NARROW_RULE = bool(opts.get("narrow", 1))
     tuning.OFFSETS32_RULE = bool(opts.get("off32", 1))
     tuning.TILES_4B = TILES_4B if opts.get("t4b", 1) else {}
-    tuning.PERSIST_PER_SM = int(opts.get("persist", 0))
     sizes = (int(opts["mregsize"]),) if "mregsize" in opts else (1, 2, 4, 8)
     tuning.PERMUTE_MAXNREG = dict.fromkeys(sizes, int(opts["mreg"])) if "mreg" in opts else {}
     if "nhalve" in opts or "nwarps" in opts:  # one narrow step for every vector under 16 bytes

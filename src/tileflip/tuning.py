@@ -162,9 +162,6 @@ NARROW_STEPS = ((3, 2, 4, True), (VECTOR_BYTES, 1, 8, False))
 # all 4 suite cases with 16-byte vectors (+0.1 to +2.3 points of copy); with 4-byte vectors on one
 # side faster on 2 of 3 (+4.0, +5.4; -4.4 on (38,17,20,13,14,13), under 75% either way).
 TILES_4B = {4: 1, 16: 1}  # narrower side's vector bytes -> halvings of the 2-D tile (16 warps kept)
-# Persistent tile launches (experiment): this many programs per SM, each looping over tiles (0: one
-# program per tile).
-PERSIST_PER_SM = 0
 # Register caps (``maxnreg``) of tile launches whose both sides move 16-byte vectors, by element size
 # (none where absent).
 PERMUTE_MAXNREG: dict = {}

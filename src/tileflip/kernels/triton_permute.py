@@ -49,30 +49,7 @@ def _decode(index, sizes, strides, N: tl.constexpr, OFF64: tl.constexpr):
 
 @triton.jit
 def permute_tile_kernel(
-    x_ptr, out_ptr, size_a, size_b, grid_fast, tiles, total, nprog,
-    a_in_sizes, a_in, a_out_sizes, a_out, b_in_sizes, b_in, b_out_sizes, b_out, n_sizes, n_in, n_out,
-    NA_IN: tl.constexpr, NA_OUT: tl.constexpr, NB_IN: tl.constexpr, NB_OUT: tl.constexpr, NN: tl.constexpr,
-    BLOCK_B: tl.constexpr, BLOCK_A: tl.constexpr,
-    VEC_LOAD: tl.constexpr, VEC_STORE: tl.constexpr, KEPT: tl.constexpr, WIDE: tl.constexpr,
-    B_FAST: tl.constexpr, OFF64: tl.constexpr, PERSIST: tl.constexpr,
-):  # fmt: skip
-    """One BLOCK_A x BLOCK_B tile of one batch element per program (``_tile``), or with PERSIST each of
-    ``nprog`` programs takes tiles pid, pid + nprog, ... of the ``total``."""
-    pid = tl.program_id(0)
-    if PERSIST:
-        for tid in range(pid, total, nprog):
-            _tile(x_ptr, out_ptr, tid, size_a, size_b, grid_fast, tiles, a_in_sizes, a_in, a_out_sizes, a_out,
-                  b_in_sizes, b_in, b_out_sizes, b_out, n_sizes, n_in, n_out, NA_IN, NA_OUT, NB_IN, NB_OUT, NN,
-                  BLOCK_B, BLOCK_A, VEC_LOAD, VEC_STORE, KEPT, WIDE, B_FAST, OFF64)  # fmt: skip
-    else:
-        _tile(x_ptr, out_ptr, pid, size_a, size_b, grid_fast, tiles, a_in_sizes, a_in, a_out_sizes, a_out,
-              b_in_sizes, b_in, b_out_sizes, b_out, n_sizes, n_in, n_out, NA_IN, NA_OUT, NB_IN, NB_OUT, NN,
-              BLOCK_B, BLOCK_A, VEC_LOAD, VEC_STORE, KEPT, WIDE, B_FAST, OFF64)  # fmt: skip
-
-
-@triton.jit
-def _tile(
-    x_ptr, out_ptr, pid, size_a, size_b, grid_fast, tiles,
+    x_ptr, out_ptr, size_a, size_b, grid_fast, tiles,
     a_in_sizes, a_in, a_out_sizes, a_out, b_in_sizes, b_in, b_out_sizes, b_out, n_sizes, n_in, n_out,
     NA_IN: tl.constexpr, NA_OUT: tl.constexpr, NB_IN: tl.constexpr, NB_OUT: tl.constexpr, NN: tl.constexpr,
     BLOCK_B: tl.constexpr, BLOCK_A: tl.constexpr,
@@ -85,6 +62,7 @@ def _tile(
     Each access holds its memory-fastest axis in dimension 0 of its tile: where Triton cannot prove the
     offsets contiguous along either dimension (sizes that are not multiples of 16), its coalescing pass
     gives the lanes to dimension 0 (checked on the compiled layouts by the tests)."""
+    pid = tl.program_id(0)
     batch = pid // tiles
     t = pid % tiles
     if B_FAST:
@@ -170,12 +148,11 @@ def tile_args(plan, go) -> tuple[tuple, dict]:
     size_a = tuning._product(a[0])
     size_b = tuning._product(b[0])
     grid_fast = go.grid[0] if go.b_fast else go.grid[1]
-    tiles = go.grid[0] * go.grid[1]
-    args = (size_a, size_b, grid_fast, tiles, tiles * go.batch, 1, *a_in, *a_out, *b_in, *b_out, *n)
+    args = (size_a, size_b, grid_fast, go.grid[0] * go.grid[1], *a_in, *a_out, *b_in, *b_out, *n)
     constexprs = dict(
         NA_IN=len(a_in[0]), NA_OUT=len(a_out[0]), NB_IN=len(b_in[0]), NB_OUT=len(b_out[0]), NN=len(n[0]),
         BLOCK_B=go.blocks[0], BLOCK_A=go.blocks[1], VEC_LOAD=go.vec[0], VEC_STORE=go.vec[1], KEPT=go.kept,
-        WIDE=go.wide, B_FAST=go.b_fast, OFF64=go.offsets64, PERSIST=bool(tuning.PERSIST_PER_SM),
+        WIDE=go.wide, B_FAST=go.b_fast, OFF64=go.offsets64,
     )  # fmt: skip
     return args, constexprs
 
@@ -205,24 +182,7 @@ def launch(x, out, plan) -> None:
             NDIM=len(plan.sizes), BLOCK=go.blocks[0], num_warps=go.num_warps,
         )  # fmt: skip
         return
-    if tuning.PERSIST_PER_SM:
-        nprog = min(go.programs, tuning.PERSIST_PER_SM * _sm_count(x.device))
-        args = (*args[:5], nprog, *args[6:])
-        permute_tile_kernel[(nprog,)](xi, oi, *args, **constexprs, **go.options)
-        return
     permute_tile_kernel[(go.programs,)](xi, oi, *args, **constexprs, **go.options)
-
-
-_sms: dict = {}
-
-
-def _sm_count(device) -> int:
-    n = _sms.get(device)
-    if n is None:
-        import torch
-
-        n = _sms[device] = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 4
-    return n
 
 
 def compiled_tile_kernel(plan, element_size: int):
