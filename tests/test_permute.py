@@ -357,3 +357,17 @@ def test_transposed_4_byte_tiles_follow_the_measured_rule(shape, dims, blocks, w
     go = tuning.permute_launch(plan.plan_permute(shape, _contiguous_strides(shape), dims, 4), 4)
     assert (go.blocks, go.num_warps) == (blocks, warps)
     assert tuning.tiles_4b(2, 16, False) is None and tuning.tiles_4b(4, 8, False) is None
+
+
+@pytest.mark.parametrize(
+    "shape,dims,element_size,blocks,warps",
+    [
+        ((64, 56, 56, 256), (0, 3, 1, 2), 2, (64, 256), 4),  # a whole 256 first dimension: WHOLE_DIM_WARPS
+        ((64, 256, 56, 56), (0, 2, 3, 1), 2, (256, 64), 4),
+        ((8, 4096, 32, 128), (0, 3, 2, 1), 2, (128, 128), 16),  # within the 2-D tile: its warps
+        ((64, 56, 56, 256), (0, 3, 1, 2), 4, (64, 64), 16),  # no entry for 4-byte elements (TILES_4B)
+    ],
+)
+def test_whole_dimension_tiles_follow_the_measured_rule(shape, dims, element_size, blocks, warps):
+    go = tuning.permute_launch(plan.plan_permute(shape, _contiguous_strides(shape), dims, element_size), element_size)
+    assert (go.blocks, go.num_warps) == (blocks, warps)

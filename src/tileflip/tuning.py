@@ -162,6 +162,12 @@ NARROW_STEPS = ((3, 2, 4, True), (VECTOR_BYTES, 1, 8, False))
 # all 4 suite cases with 16-byte vectors (+0.1 to +2.3 points of copy); with 4-byte vectors on one
 # side faster on 2 of 3 (+4.0, +5.4; -4.4 on (38,17,20,13,14,13), under 75% either way).
 TILES_4B = {4: 1, 16: 1}  # narrower side's vector bytes -> halvings of the 2-D tile (16 warps kept)
+# Warps of a transposed tile of 16-byte vectors that spans a whole first dimension (``_axis_block``: e.g.
+# 256 channels, a 64x256 tile), by element size. Measured on the permute suites, H200, 2026-12-01
+# (experiments/h200-2026-12-01-permute-variants-warps-area.json, variant w4 against base): the three
+# 2-byte suite cases with such tiles ran at 0.986 / 0.957 / 0.928 of copy on 4 warps against 0.973 /
+# 0.944 / 0.929 on 16 (fp16 NCHW->NHWC, NHWC->NCHW, bf16 (256,752,256) (2,1,0)).
+WHOLE_DIM_WARPS = {2: 4}
 # Register caps (``maxnreg``) of tile launches whose both sides move 16-byte vectors, by element size
 # (none where absent).
 PERMUTE_MAXNREG: dict = {}
@@ -286,10 +292,12 @@ def _axis_block(size: int, first: int, cap: int) -> int:
     return _pow2_at_most(size, cap)
 
 
-def tile_launch(sizes, in_strides, kept: bool, vec: tuple, config, offsets32: bool = True) -> PermuteLaunch:
+def tile_launch(sizes, in_strides, kept: bool, vec: tuple, config, offsets32: bool = True,
+                whole_dim_warps: int = 0) -> PermuteLaunch:  # fmt: skip
     """The tile kernel's launch (plan kinds rows, copy and tiles) for merged sizes and input strides,
     with the (load, store) vector widths of ``vector_widths``; ``offsets32`` False keeps int64 offsets
-    even where ``offset_bounds`` would allow int32 (a narrow step measured faster so)."""
+    even where ``offset_bounds`` would allow int32 (a narrow step measured faster so);
+    ``whole_dim_warps``, when not 0, the warps of a tile that spans a whole first dimension."""
     area = config.block_m * config.block_n
     cap_a, cap_b = config.block_n, config.block_m
     a_dims, b_dims, batch_dims = fold_axes(sizes, in_strides, kept, cap_a, cap_b)
@@ -304,6 +312,7 @@ def tile_launch(sizes, in_strides, kept: bool, vec: tuple, config, offsets32: bo
     else:  # a short axis gives its share of the area to the other one
         block_b = _pow2_at_most(size_b, max(block_b, area // block_a))
         block_a = _pow2_at_most(size_a, max(block_a, area // block_b))
+    warps = whole_dim_warps if whole_dim_warps and (block_a > cap_a or block_b > cap_b) else config.num_warps
     load, store = min(vec[0], block_a), min(vec[1], block_a if kept else block_b)
     wide = max(size_a, size_b) + max(block_a, block_b) >= 2**31
     grid = (cdiv(size_b, block_b), cdiv(size_a, block_a))
@@ -316,7 +325,7 @@ def tile_launch(sizes, in_strides, kept: bool, vec: tuple, config, offsets32: bo
         or offsets_need_64(sizes, in_strides, ((a_dims, block_a), (b_dims, block_b)))
     )
     return PermuteLaunch(
-        (block_b, block_a), config.num_warps, grid, _product(sizes[d] for d in batch_dims),
+        (block_b, block_a), warps, grid, _product(sizes[d] for d in batch_dims),
         a_dims, b_dims, batch_dims, (load, store), kept, wide, b_fast, offsets64, config.maxnreg,
     )  # fmt: skip
 
@@ -415,7 +424,8 @@ def permute_launch(p, element_size: int) -> PermuteLaunch:
         vector_bytes = min(vec) * element_size
         step = narrow_step(vector_bytes)  # its offset rule holds for TILES_4B launches too (as measured)
         config = permute_config(element_size, vector_bytes, kept)
-        return tile_launch(sizes, p.in_strides, kept, vec, config, offsets32=step is None or step[3])
+        whole = WHOLE_DIM_WARPS.get(element_size, 0) if step is None and not kept else 0
+        return tile_launch(sizes, p.in_strides, kept, vec, config, step is None or step[3], whole)
     if p.kind == "general":
         return PermuteLaunch((GENERAL_BLOCK,), 4, (cdiv(_product(sizes), GENERAL_BLOCK),))
     raise ValueError(f"plan kind {p.kind!r} has no permute-kernel launch")
