@@ -64,13 +64,13 @@ def permute_variant(x, out, dims, cap):
     p = planner.plan_permute(tuple(x.shape), tuple(x.stride()), dims, x.element_size())
     if p.kind not in ("rows", "copy", "tiles"):
         return None
-    go, args, constexprs = triton_permute.launch_of(p, x.element_size())
+    go, args, kwargs = triton_permute.launch_of(p, x.element_size())
     xi, oi = as_uint(x), as_uint(out)
-    options = {"maxnreg": cap} if cap else {}
+    kwargs = kwargs | ({"maxnreg": cap} if cap else {})
     kernel = triton_permute.permute_tile_kernel[(go.programs,)]
 
     def run():
-        kernel(xi, oi, *args, **constexprs, num_warps=go.num_warps, **options)
+        kernel(xi, oi, *args, **kwargs)
 
     return run
 

@@ -159,13 +159,14 @@ def tile_args(plan, go) -> tuple[tuple, dict]:
 
 @lru_cache(maxsize=256)
 def launch_of(plan, element_size: int) -> tuple:
-    """(launch, tile-kernel arguments, constexprs) of a plan: worked out once per plan (a call's host path
-    then holds no planning; ``clear_cache`` after changing the tuning)."""
+    """(launch, tile-kernel arguments, keyword arguments: constexprs and compile options) of a plan:
+    worked out once per plan (a call's host path then holds no planning; ``clear_cache`` after changing
+    the tuning)."""
     go = tuning.permute_launch(plan, element_size)
     if plan.kind == "general":
         return go, (), {}
     args, constexprs = tile_args(plan, go)
-    return go, args, constexprs
+    return go, args, constexprs | go.options
 
 
 def clear_cache() -> None:
@@ -175,14 +176,14 @@ def clear_cache() -> None:
 def launch(x, out, plan) -> None:
     """Run ``plan`` (kind rows, copy, tiles or general) from ``x`` into the contiguous ``out``."""
     xi, oi = as_uint(x), as_uint(out)
-    go, args, constexprs = launch_of(plan, x.element_size())
+    go, args, kwargs = launch_of(plan, x.element_size())
     if plan.kind == "general":
         permute_general_kernel[(go.programs,)](
             xi, oi, out.numel(), tuple(reversed(plan.sizes)), tuple(reversed(plan.in_strides)),
             NDIM=len(plan.sizes), BLOCK=go.blocks[0], num_warps=go.num_warps,
         )  # fmt: skip
         return
-    permute_tile_kernel[(go.programs,)](xi, oi, *args, **constexprs, **go.options)
+    permute_tile_kernel[(go.programs,)](xi, oi, *args, **kwargs)
 
 
 def compiled_tile_kernel(plan, element_size: int):
