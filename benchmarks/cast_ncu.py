@@ -28,8 +28,8 @@ def child(M, N, specs):
 
     x = torch.randn(M, N, device="cuda").bfloat16()
     scale = torch.tensor(0.5, device="cuda")
-    for spec, config in parse_tiles(",".join(specs)).items():
-        fn = _variant(x, scale, torch.float8_e4m3fn, config, k)
+    for spec, (config, options) in parse_tiles(",".join(specs)).items():
+        fn = _variant(x, scale, torch.float8_e4m3fn, config, options, k)
         fn()
         torch.cuda.synchronize()
         torch.cuda.nvtx.range_push(spec)

@@ -8,9 +8,10 @@ import os
 
 import pytest
 import torch
+from helpers import NO_INTERPRETER_FLAG
 
 HAS_GPU = torch.cuda.is_available()
-if not HAS_GPU and not os.environ.get("TILEFLIP_TEST_WITHOUT_INTERPRETER"):  # helpers.without_interpreter
+if not HAS_GPU and not os.environ.get(NO_INTERPRETER_FLAG):  # set by helpers.without_interpreter
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 

@@ -75,7 +75,8 @@ def kernels_of(fn) -> list[dict]:
 
 def measure_cast(shapes=SHAPES, rounds: int = 3, quick: bool = False, log=print, dtype: str = "bfloat16",
                  configs=None, device: str = "cuda") -> list[dict]:  # fmt: skip
-    """Long-form records for each shape; ``configs`` ({label: TileConfig}) adds tile variants as backends
+    """Long-form records for each shape; ``configs`` ({label: (TileConfig, launch options)}, as
+    ``parse_tiles`` gives them) adds tile variants as backends
     ``tileflip-<label>`` (for tuning ``TILES`` in tileflip.kernels.triton_cast_transpose)."""
     import torch
 
@@ -126,18 +127,17 @@ def _functions(x, scale, fp8, reference, compiled, configs) -> dict:
         "torch-eager": lambda: reference(x, scale),
         "torch-compile": lambda: compiled(x, scale),
     }
-    for label, config in configs.items():
-        fns[f"tileflip-{label}"] = _variant(x, scale, fp8, config, k)
+    for label, (config, options) in configs.items():
+        fns[f"tileflip-{label}"] = _variant(x, scale, fp8, config, options, k)
     return fns
 
 
-def _variant(x, scale, fp8, config, k):
-    """cast_transpose through the launcher with an explicit tile config (same outputs and finalize);
-    ``config`` may be a pair (TileConfig, launch options) as ``parse_tiles`` gives."""
+def _variant(x, scale, fp8, config, options, k):
+    """cast_transpose through the launcher with an explicit tile config and launch options (same
+    outputs; the amax by partials and the reduction kernel unless ``options`` asks for the atomic one)."""
     import torch
 
     M, N = x.shape
-    config, options = config if isinstance(config[0], TileConfig) else (config, {})
 
     def run():
         y = torch.empty((M, N), dtype=fp8, device=x.device)
