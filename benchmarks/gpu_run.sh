@@ -38,6 +38,8 @@ for step in "$@"; do
     fold1) mkdir -p "$OUT/fold1"; run fold1-random 200 python3 benchmarks/permute_fold_variant.py 1 permute-random "$OUT/fold1"
            run fold1-named 120 python3 benchmarks/permute_fold_variant.py 1 permute "$OUT/fold1" ;;
     tune) run tune 240 python3 -m tileflip.tune --out "$OUT/tune.json" ;;
+    tune-write) run tune-write 400 python3 -m tileflip.tune --write --out "$OUT/tune.json" && cp src/tileflip/data/tuning-h200.json "$OUT/" ;;
+    inductor-code) run inductor-code 200 python3 benchmarks/inductor_code.py ;;
     bench-2d) run bench-2d 420 python3 -m tileflip.cli bench --suite 2d --quick --out "$OUT" ;;
     bench-host) run bench-host 120 python3 -m tileflip.cli bench --suite host --out "$OUT" ;;
     bench-permute) run bench-permute 200 python3 -m tileflip.cli bench --suite permute --quick --out "$OUT" ;;
@@ -45,6 +47,7 @@ for step in "$@"; do
     bench-cast-tiles) run bench-cast-tiles 300 python3 -m tileflip.cli bench --suite cast --quick --out "$OUT" \
                         --tiles "${CAST_TILES:-128x128w8g4,128x128w8-atomic,128x128w16g4-atomic,128x128w8g4-i64-atomic}" ;;
     cast-ncu) run cast-ncu 240 python3 benchmarks/cast_ncu.py 8192 28672 ${CAST_NCU:-128x128w8g4-atomic 128x128w8g4} ;;
+    order-2d) run order-2d 560 python3 benchmarks/order_2d.py "$OUT/order-2d.json" ${ORDER_SECTIONS:-large small host} ;;
     maxnreg) run maxnreg 400 python3 benchmarks/maxnreg.py "$OUT/maxnreg.json" --quick ;;
     residency) run residency 400 python3 benchmarks/residency.py "$OUT/residency.json" --quick ;;
     tests-cast) run tests-cast 240 python3 -m pytest -m gpu -q -p no:cacheprovider -n 8 tests/test_cast_transpose.py ;;

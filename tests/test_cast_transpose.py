@@ -259,7 +259,8 @@ def test_strided_inputs(view, path):
     assert_amax_equal(amax, want[2])
 
 
-TILE_VARIANTS = [TileConfig(32, 64, 4, group_m=3), TileConfig(64, 32, 4), TileConfig(16, 16, 1), TileConfig(16, 16, 4),
+TILE_VARIANTS = [TileConfig(32, 64, 4, group_m=3), TileConfig(32, 64, 4, group_m=0), TileConfig(64, 32, 4),
+                 TileConfig(16, 16, 1), TileConfig(16, 16, 4),
                  TileConfig(64, 128, 4), TileConfig(128, 64, 4)]  # fmt: skip
 
 

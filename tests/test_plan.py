@@ -136,7 +136,7 @@ def test_planner_imports_no_triton_or_torch():
     assert out.strip() == "False"
 
 
-@pytest.mark.parametrize("group_m", [1, 2, 3, 8])
+@pytest.mark.parametrize("group_m", [0, 1, 2, 3, 8])
 @pytest.mark.parametrize("M,N", [(31, 65), (200, 70), (1000, 33)])
 def test_grouped_order_visits_every_tile_once(M, N, group_m):
     grid = plan.transpose_grid(M, N, 16, 32, group_m)
@@ -145,6 +145,14 @@ def test_grouped_order_visits_every_tile_once(M, N, group_m):
     if group_m > 1 and grid.grid_m >= group_m:
         # consecutive programs go down a band of group_m tile rows before moving right
         assert [t[0] for t in tiles[:group_m]] == list(range(group_m))
+    if group_m == 0:
+        # column order: a whole column of tiles, then the next
+        assert tiles[: grid.grid_m + 1] == [(m, 0) for m in range(grid.grid_m)] + [(0, 1)]
+
+
+def test_group_m_must_be_a_non_negative_int():
+    with pytest.raises(ValueError, match="group_m must be a non-negative int"):
+        plan.transpose_grid(64, 64, 16, 16, -1)
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -278,9 +278,10 @@ def test_past_int32_elements(backend):
 
 
 @pytest.mark.parametrize("device,backend", device_backends(gpu=("triton",)))
-@pytest.mark.parametrize("group_m", [1, 3, 8])
+@pytest.mark.parametrize("group_m", [0, 1, 3, 8])
 def test_program_orders(group_m, device, backend):
-    """Every program order of the kernel (rows of tiles, or bands of group_m tile rows) is exact."""
+    """Every program order of the kernel (columns of tiles, rows of tiles, or bands of group_m tile rows)
+    is exact."""
     from tileflip.kernels import triton_transpose
     from tileflip.tuning import TileConfig
 
@@ -288,6 +289,50 @@ def test_program_orders(group_m, device, backend):
     out = poisoned((129, 200), torch.int16, device)
     triton_transpose.launch(x, out, TileConfig(32, 64, 4, group_m))
     assert_bits_equal(out, x.t())
+
+
+@pytest.mark.parametrize("device,backend", device_backends(gpu=("triton",)))
+@pytest.mark.parametrize("interior", [1, 0])
+@pytest.mark.parametrize("view", ["sliced", "transposed", "expanded"])
+def test_output_oriented_tile(view, interior, device, backend):
+    """The tile held in the output's orientation (``out_tile=1``, no tl.trans) is exact on tails, interior
+    tiles, strided, transposed and stride-0 inputs."""
+    from tileflip.kernels import triton_transpose
+    from tileflip.tuning import TileConfig
+
+    base = random_bits((200, 130), torch.int16, device, seed=len(view) + interior)
+    x = {"sliced": base[3::2, 1:], "transposed": base.t()[5:, :150],
+         "expanded": base[7, :].unsqueeze(0).expand(70, 130)}[view]  # fmt: skip
+    out = poisoned(x.shape[::-1], torch.int16, device)
+    triton_transpose.launch(x, out, TileConfig(32, 64, 4, 0, interior, out_tile=1))
+    assert_bits_equal(out, x.t())
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("backend", ["auto", "triton", "triton-gather", "cuda-tiled", "torch"])
+def test_prepared_calls_stay_exact_and_checked(backend):
+    """Repeated calls of one signature take the prepared launch (``ops._prepared``): new data and a new
+    ``out`` each time stay exact, an ``out`` of another 16-byte alignment is another signature, and an
+    overlapping ``out`` is refused on a prepared signature too."""
+    from tileflip import ops
+
+    for k in range(3):
+        x = random_bits((40, 72), torch.float32, "cuda", seed=10 + k)
+        out = poisoned((72, 40), torch.float32, "cuda")
+        assert tileflip.transpose(x, out, backend=backend) is out
+        assert_bits_equal(out, x.t())
+        assert_bits_equal(tileflip.transpose(x, backend=backend), x.t())
+    assert any(key[:7] == (40, 72, 72, 1, torch.float32, x.get_device(), backend) for key in ops._prepared)
+    raw = poisoned((72 * 40 + 1,), torch.float32, "cuda")
+    out = raw[1:].view(72, 40)  # 4 bytes past a 16-byte boundary
+    tileflip.transpose(x, out, backend=backend)
+    assert_bits_equal(out, x.t())
+    assert_bits_equal(raw[:1], poisoned((1,), torch.float32, "cuda"))
+    buf = random_bits((8192,), torch.float32, "cuda", seed=3)
+    x = buf[: 40 * 72].view(40, 72)
+    tileflip.transpose(x, backend=backend)  # prepares the signature of x with a 16-byte-aligned out
+    with pytest.raises(ValueError, match="out overlaps x"):
+        tileflip.transpose(x, buf[16 : 16 + 72 * 40].view(72, 40), backend=backend)
 
 
 @pytest.mark.gpu

@@ -23,6 +23,9 @@ def plan_text(shape, *, block=None, dtype="float32", programs=12) -> str:
         f"grid: {grid.grid_m} x {grid.grid_n} tiles = {grid.programs} programs, launched 1-D as {grid.launch}",
         "       (program pid handles tile (pid // grid_n, pid % grid_n); gridDim.y and z stay 1 for any shape)"
         if grid.group_m == 1
+        else "       (program pid handles tile (pid % grid_m, pid // grid_m): columns of tiles in turn; "
+        "gridDim.y and z stay 1)"
+        if grid.group_m == 0
         else f"       (programs walk bands of {grid.group_m} tile rows, column by column; gridDim.y and z stay 1)",
     ]
     if grid.programs == 0:

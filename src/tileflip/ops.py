@@ -174,6 +174,14 @@ def transpose(x: torch.Tensor, out: torch.Tensor | None = None, *, backend: str 
     return _transpose(x, out, backend)
 
 
+# Call signature (sizes, strides, dtype, device, backend, the two addresses' 16-byte alignment) -> the
+# prepared launch ``(go, x_bytes, out_bytes)``: the backend chosen, the tile planned and the compiled
+# kernel's arguments fixed once, so that a repeated call costs reading its signature, the output checks
+# and one dict lookup. Cleared when full (it is a cache: any entry can be prepared again).
+_prepared: dict = {}
+PREPARED_LIMIT = 4096
+
+
 def _fast_cuda(x: torch.Tensor, out, backend: str):
     """The common valid call on a CUDA tensor, each attribute read once (host time is most of a small
     transpose's cost); None for anything else, which the checked path then handles or refuses."""
@@ -181,37 +189,65 @@ def _fast_cuda(x: torch.Tensor, out, backend: str):
     if len(shape) != 2:
         return None
     M, N = shape
-    es = dtypes.ELEMENT_SIZE.get(x.dtype)
+    device = x.get_device()
+    if _gpu_count is None or (_gpu_count > 1 and device != torch.cuda.current_device()):
+        return None
+    dtype = x.dtype
+    sxm, sxn = x.stride()
+    x0 = x.data_ptr()
+    if out is None:
+        fresh = out = x.new_empty(N, M)  # a new block: it cannot overlap x
+    else:
+        fresh = None
+        if (type(out) is not torch.Tensor or out.shape != (N, M) or out.dtype != dtype or out.get_device() != device
+                or not out.is_contiguous()):  # fmt: skip
+            return None
+    o0 = out.data_ptr()
+    key = (M, N, sxm, sxn, dtype, device, backend, x0 & 15, o0 & 15)
+    prepared = _prepared.get(key) or _prepare(key)
+    if prepared is None:
+        return None
+    go, x_bytes, out_bytes = prepared
+    if fresh is None and o0 < x0 + x_bytes and x0 < o0 + out_bytes:
+        return None  # overlap: the checked path says so
+    go(x, out, x0, o0)
+    return out
+
+
+def _prepare(key: tuple):
+    """The prepared launch of a call signature (kept in ``_prepared`` once final), or None where the
+    checked path must handle the call (empty, an unsupported dtype or backend)."""
+    M, N, sxm, sxn, dtype, device, backend, xa, oa = key
+    es = dtypes.ELEMENT_SIZE.get(dtype)
     if es is None or M == 0 or N == 0:
         return None
     if backend == "auto":
         backend = tuning.auto_for(M, N, es)
-    device = x.get_device()
-    if _gpu_count is None or (_gpu_count > 1 and device != torch.cuda.current_device()):
-        return None
-    sxm, sxn = x.stride()
-    x0 = x.data_ptr()
-    if out is None:
-        out = x.new_empty((N, M))
-        o0 = out.data_ptr()
-    else:
-        if (type(out) is not torch.Tensor or out.shape != (N, M) or out.dtype != x.dtype or out.get_device() != device
-                or not out.is_contiguous()):  # fmt: skip
-            return None
-        o0 = out.data_ptr()
-        if o0 < x0 + ((M - 1) * sxm + (N - 1) * sxn + 1) * es and x0 < o0 + M * N * es:
-            return None  # overlap: the checked path says so
+    spans = ((M - 1) * sxm + (N - 1) * sxn + 1) * es, M * N * es
     if backend == "triton":
-        _triton().launch_known(x, out, x0, o0, M, N, sxm, sxn, M, es, device, tuning.triton_config(es, shape, sxm))
+        config = tuning.triton_config(es, (M, N), sxm)
+        direct = _triton().direct_launch(M, N, sxm, sxn, M, es, device, config, xa, oa)
+        if direct is None:  # not compiled yet: this call compiles it, and the next one prepares again
+            return (lambda x, out, x0, o0: _triton().launch_known(x, out, x0, o0, M, N, sxm, sxn, M, es, device,
+                                                                  config)), *spans  # fmt: skip
+        go = direct
     elif backend == "triton-gather":
-        _triton().launch_gather_known(x, out, M, N, sxm, sxn, M)
+        def go(x, out, x0, o0):
+            _triton().launch_gather_known(x, out, M, N, sxm, sxn, M)
     elif backend in CUDA_BACKENDS:
-        _cuda().launch_known(x, out, M, N, sxm, sxn, device, CUDA_BACKENDS[backend])
+        variant = CUDA_BACKENDS[backend]
+        go = _cuda().direct_launch(M, N, sxm, sxn, es, device, variant)
+        if go is None:  # not loaded yet: this call loads it, and the next one prepares again
+            return (lambda x, out, x0, o0: _cuda().launch_known(x, out, M, N, sxm, sxn, device, variant)), *spans
     elif backend == "torch":
-        out.copy_(x.t())
+        def go(x, out, x0, o0):
+            out.copy_(x.t())
     else:
         return None
-    return out
+    if len(_prepared) >= PREPARED_LIMIT:
+        _prepared.clear()
+    _prepared[key] = prepared = (go, *spans)
+    return prepared
 
 
 def _transpose(x: torch.Tensor, out: torch.Tensor | None, backend: str) -> torch.Tensor:

@@ -107,6 +107,8 @@ class TransposeGrid:
     row of input tiles. With ``group_m = G > 1`` consecutive programs walk down a band of G tile rows
     first, column of tiles by column of tiles, so the programs resident at one time read a G-tile-high
     band of the input and write a G-tile-wide band of the output (``tile_of`` is the kernels' decoding).
+    ``group_m == 0`` is column order: tile ``(pid % grid_m, pid // grid_m)``, consecutive programs walk
+    down a column of input tiles and write consecutive rows of the output.
     """
 
     M: int
@@ -130,6 +132,9 @@ class TransposeGrid:
         """The (pid_m, pid_n) tile a linear program id handles (the kernels' own decoding)."""
         if self.group_m == 1:
             return divmod(pid, self.grid_n)
+        if self.group_m == 0:
+            pid_n, pid_m = divmod(pid, self.grid_m)
+            return pid_m, pid_n
         band = self.group_m * self.grid_n
         first_m = (pid // band) * self.group_m
         rows = min(self.grid_m - first_m, self.group_m)
@@ -139,9 +144,11 @@ class TransposeGrid:
 
 def transpose_grid(M, N, block_m: int, block_n: int, group_m: int = 1) -> TransposeGrid:
     """Plan the launch of an M x N transpose in block_m x block_n tiles; M or N may be 0 or symbolic."""
-    for name, block in (("block_m", block_m), ("block_n", block_n), ("group_m", group_m)):
+    for name, block in (("block_m", block_m), ("block_n", block_n)):
         if type(block) is not int or block <= 0:
             raise ValueError(f"{name} must be a positive int, got {block!r}")
+    if type(group_m) is not int or group_m < 0:
+        raise ValueError(f"group_m must be a non-negative int (0: column order), got {group_m!r}")
     grid = TransposeGrid(M, N, block_m, block_n, cdiv(M, block_m), cdiv(N, block_n), group_m)
     if isinstance(grid.programs, int) and grid.programs > MAX_GRID_X:
         raise ValueError(

@@ -32,15 +32,17 @@ def _flush_buffer(device):
     return buf
 
 
-def device_times(fn, *, warmup: int = 10, reps: int = 40, device="cuda") -> list[float]:
-    """Milliseconds of device time of ``fn()`` for each of ``reps`` repetitions (after ``warmup`` calls)."""
+def device_times(fn, *, warmup: int = 10, reps: int = 40, device="cuda", spin: int | None = None) -> list[float]:
+    """Milliseconds of device time of ``fn()`` for each of ``reps`` repetitions (after ``warmup`` calls).
+    ``spin``: the spin's clock cycles (default: ``spin_cycles``, from the call's own host time)."""
     import torch
 
     flush = _flush_buffer(torch.device(device))
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize(device)
-    spin = spin_cycles(fn, device)
+    if spin is None:
+        spin = spin_cycles(fn, device)
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     for start, end in zip(starts, ends):

@@ -18,13 +18,16 @@ from tileflip.bench import Case, _make_input, _meta, _time
 # Representative shapes per class of tuning.triton_config. Thin shapes (a side under 64) take
 # tuning.thin_config, derived from the short side, and are not swept.
 REPRESENTATIVE = {
-    "large": [(16384, 16384)],
+    "large": [(16384, 16384), (8192, 8192)],
+    "skinny": [(256, 65536), (65536, 256)],  # a column of tiles spans the short side
     "unaligned": [(8192, 8191)],  # rows not 16-aligned: scalar loads
     "tiny": [(1024, 512), (4096, 128)],  # launch-bound: fewer, smaller programs may win
 }
 
 
 def candidates(element_size: int) -> list[tuning.TileConfig]:
+    """Tiles and warps, each in column order (``group_m=0``) and in row order (``group_m=1``) with
+    ``tl.trans``, and in column order with the tile in the output's orientation (``out_tile=1``)."""
     tiles = [(32, 32), (64, 64), (32, 128), (128, 32), (64, 128), (128, 64), (128, 128), (64, 256), (256, 64),
              (128, 256), (256, 128), (32, 256), (256, 32)]  # fmt: skip
     out = []
@@ -32,7 +35,9 @@ def candidates(element_size: int) -> list[tuning.TileConfig]:
         if bm * bn * element_size > 64 * 1024:  # the staging buffer of tl.trans must fit shared memory
             continue
         warps = (4, 8) if bm * bn <= 4096 else (8, 16)
-        out += [tuning.TileConfig(bm, bn, w) for w in warps]
+        for w in warps:
+            out += [tuning.TileConfig(bm, bn, w, 0), tuning.TileConfig(bm, bn, w, 1),
+                    tuning.TileConfig(bm, bn, w, 0, out_tile=1)]  # fmt: skip
     return out
 
 
@@ -68,8 +73,8 @@ def sweep(element_sizes, log) -> list[dict]:
                 mine = [_measure(x, out, src, dst, config, about, log) for config in candidates(es)]
                 # Second pass over the three best: every tile masked (fewer registers), and programs in
                 # bands of 8 tile rows.
-                best = [r["config"][:3] for r in sorted(mine, key=lambda r: -r["fraction_of_copy"])[:3]]
-                variants = [tuning.TileConfig(*c, 1, 0) for c in best] + [tuning.TileConfig(*c, 8, 1) for c in best]
+                best = [tuning.TileConfig(*r["config"]) for r in sorted(mine, key=lambda r: -r["fraction_of_copy"])[:3]]
+                variants = [c._replace(interior=0) for c in best] + [c._replace(group_m=8) for c in best]
                 mine += [_measure(x, out, src, dst, variant, about, log) for variant in variants]
                 rows += mine
                 del x, out, src, dst
@@ -146,6 +151,7 @@ def main(argv=None) -> int:
     p.add_argument("--sizes", default="1,2,4,8")
     p.add_argument("--auto-from", metavar="BENCH.json", help="derive the auto table from a bench run instead")
     p.add_argument("--table", default=str(tuning.TABLE_FILE), help="the committed table to update")
+    p.add_argument("--write", action="store_true", help="also merge the chosen tiles into --table")
     args = p.parse_args(argv)
     if args.auto_from:
         auto = auto_from_bench(json.loads(open(args.auto_from).read()))
@@ -156,6 +162,10 @@ def main(argv=None) -> int:
     result = {"meta": _meta(), "table": choose(rows), "measurements": rows}
     with open(args.out, "w") as f:
         json.dump(result, f, indent=1)
+    if args.write:
+        meta = result["meta"]
+        write_table(args.table, triton=result["table"],
+                    source=f"python -m tileflip.tune on an {meta['gpu']}, {meta['time']} ({args.out})")
     print(json.dumps(result["table"], indent=1))
     return 0
 

@@ -26,9 +26,11 @@ TABLE_FILE = Path(__file__).with_name("data") / "tuning-h200.json"
 class TileConfig(NamedTuple):
     """A Triton tile: BLOCK_M x BLOCK_N elements, ``num_warps``, the program order ``group_m`` (1 walks
     rows of tiles; G > 1 walks bands of G tile rows) and ``interior`` (1: interior tiles take an
-    unmasked branch, at the price of the registers of two code paths; 0: every tile is masked) and
+    unmasked branch, at the price of the registers of two code paths; 0: every tile is masked),
     ``maxnreg`` (a cap on registers per thread passed to the compiler, 0 for none; a kernel that
-    honours it says so). A tuple, so that hashing it on the launch path is done in C."""
+    honours it says so) and ``out_tile`` (1: the 2-D kernel holds the tile in the output's orientation,
+    loads through transposed addresses and lets the compiler's layout conversion transpose, instead of
+    ``tl.trans``). A tuple, so that hashing it on the launch path is done in C."""
 
     block_m: int
     block_n: int
@@ -36,6 +38,7 @@ class TileConfig(NamedTuple):
     group_m: int = 1
     interior: int = 1
     maxnreg: int = 0
+    out_tile: int = 0
 
 
 DEFAULT_TILES = {
@@ -49,6 +52,9 @@ DEFAULT_TILES = {
 TINY_BYTES = 4 << 20
 # A side shorter than this makes a shape "thin": a square tile would be mostly masked off.
 THIN_SIDE = 64
+# A large shape with a side shorter than this is "skinny" (e.g. 65536 x 256): a column of tiles spans
+# the whole short side, so it has its own measured tile.
+SKINNY_SIDE = 1024
 # Elements in a thin tile: enough for 16-byte accesses along the long side and a few hundred programs
 # on the suite's thin shapes, with 4 warps.
 THIN_TILE_ELEMENTS = 4096
@@ -57,12 +63,12 @@ THIN_WARPS = 4
 
 def shape_class(M: int, N: int, element_size: int) -> str:
     """The class ``auto`` is tabled by. Under TINY_BYTES (launch-bound): ``sliver`` (a side under 8),
-    ``thin`` (a side under THIN_SIDE) or ``tiny``; else ``thin-large`` (a side under THIN_SIDE) or
-    ``large``."""
+    ``thin`` (a side under THIN_SIDE) or ``tiny``; else ``thin-large`` (a side under THIN_SIDE),
+    ``skinny`` (a side under SKINNY_SIDE) or ``large``."""
     short = M if M < N else N
     if M * N * element_size < TINY_BYTES:
         return "sliver" if short < 8 else ("thin" if short < THIN_SIDE else "tiny")
-    return "thin-large" if short < THIN_SIDE else "large"
+    return "thin-large" if short < THIN_SIDE else ("skinny" if short < SKINNY_SIDE else "large")
 
 
 def _pow2_at_least(n: int) -> int:
@@ -99,7 +105,8 @@ def triton_config(element_size: int, shape: tuple | None = None, row_stride: int
     """The Triton tile configuration for an element size, and for a shape's class when one is given:
     a thin shape gets ``thin_config``; a large one whose input ``row_stride`` is not a multiple of 16
     elements (rows not 16-aligned, so no vector loads: e.g. 8192 x 8191) the table's ``unaligned``
-    entry when it has one. On every launch's path, hence the plain comparisons."""
+    entry, a skinny one (a side under SKINNY_SIDE) its ``skinny`` entry, when the table has them.
+    Called once per call signature (``tileflip.ops`` keeps the prepared launch)."""
     if shape is None:
         return _config(element_size, "large")
     M, N = shape
@@ -107,7 +114,9 @@ def triton_config(element_size: int, shape: tuple | None = None, row_stride: int
         return thin_config(M, N)
     if M * N * element_size < TINY_BYTES:
         return _config(element_size, "tiny")
-    return _config(element_size, "unaligned" if row_stride % 16 else "large")
+    if row_stride % 16:
+        return _config(element_size, "unaligned")
+    return _config(element_size, "skinny" if M < SKINNY_SIDE or N < SKINNY_SIDE else "large")
 
 
 def auto_backend(x) -> str:
@@ -381,12 +390,23 @@ def narrow_step(vector_bytes: int):
     return None
 
 
+# The N-D tile kernel's base tiles (area and warps; the kernel has its own program order). They are the
+# 2-D large-class tiles of the 2026-11-30 table, on which every permute rule below was measured; the
+# 2-D table has moved on since (column order, other tiles) without a permute measurement of its own.
+PERMUTE_TILES = {
+    1: TileConfig(256, 128, 16),
+    2: TileConfig(128, 128, 16),
+    4: TileConfig(64, 128, 16),
+    8: TileConfig(32, 128, 8, 1, 0),
+}
+
+
 def permute_config(element_size: int, vector_bytes: int = VECTOR_BYTES, kept: bool = True) -> TileConfig:
-    """The tile area and warps of the N-D tile kernel: the 2-D transpose's large-class tile when both
-    sides move 16-byte vectors; with narrower vectors (``vector_bytes``, the narrower side's) the first
-    NARROW_STEPS entry that applies: a half tile on 8 warps, a quarter on 4 under 3 bytes. Transposed
-    (not ``kept``) 4-byte tiles follow TILES_4B where it has an entry."""
-    config = triton_config(element_size)
+    """The tile area and warps of the N-D tile kernel: PERMUTE_TILES when both sides move 16-byte
+    vectors; with narrower vectors (``vector_bytes``, the narrower side's) the first NARROW_STEPS entry
+    that applies: a half tile on 8 warps, a quarter on 4 under 3 bytes. Transposed (not ``kept``)
+    4-byte tiles follow TILES_4B where it has an entry."""
+    config = PERMUTE_TILES[element_size]
     halvings = tiles_4b(element_size, vector_bytes, kept)
     if halvings is not None:
         return _halve(config, halvings)

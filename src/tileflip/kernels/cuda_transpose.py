@@ -114,3 +114,31 @@ def launch_known(x, out, M: int, N: int, sxm: int, sxn: int, device: int, varian
     block.x, block.out, block.M, block.N, block.sxm, block.sxn, block.grid_n = (
         x.data_ptr(), out.data_ptr(), M, N, sxm, sxn, grid_n)  # fmt: skip
     nvrtc.launch(kernel, (programs, 1, 1), GEOMETRY[variant][2], current_stream(device), params.address)
+
+
+def direct_launch(M: int, N: int, sxm: int, sxn: int, es: int, device: int, variant: str):
+    """A callable ``go(x, out, xp, op)`` that launches this call signature with its own parameter block
+    (sizes, strides and grid written once per thread, the two addresses per call); None until the
+    kernel is loaded on ``device``. ``tileflip.ops`` keeps one per call signature."""
+    kernel = _handles.get((variant, es, device))
+    if kernel is None:
+        return None
+    programs, grid_n = _grid(M, N, variant)
+    grid, threads = (programs, 1, 1), GEOMETRY[variant][2]
+    local = threading.local()
+
+    def go(x, out, xp: int, op: int) -> None:
+        params = getattr(local, "params", None)
+        if params is None:
+            if device not in _params.ready:  # this thread's first launch on the device
+                launch_known(x, out, M, N, sxm, sxn, device, variant)
+                return
+            params = local.params = _ThreadParams()
+            block = params.block
+            block.M, block.N, block.sxm, block.sxn, block.grid_n = M, N, sxm, sxn, grid_n
+        block = params.block
+        block.x, block.out = xp, op
+        nvrtc.launch(kernel, grid, threads, current_stream(device), params.address)
+
+    return go
+

@@ -236,6 +236,9 @@ def cast_transpose_kernel(
     if GROUP_M == 1:
         pid_m = pid // grid_n
         pid_n = pid % grid_n
+    elif GROUP_M == 0:
+        pid_m = pid % grid_m
+        pid_n = pid // grid_m
     else:
         band = GROUP_M * grid_n
         first_m = (pid // band) * GROUP_M

@@ -45,12 +45,18 @@ def transpose_2d_kernel(
     GROUP_M: tl.constexpr,
     INDEX_64: tl.constexpr,
     INTERIOR: tl.constexpr,
+    OUT_TILE: tl.constexpr = 0,
 ):
     # Program order: tileflip.plan.TransposeGrid.tile_of is the same decoding, for the CPU tools.
     pid = tl.program_id(0)
     if GROUP_M == 1:
         pid_m = pid // grid_n
         pid_n = pid % grid_n
+    elif GROUP_M == 0:
+        # Column order: consecutive programs walk down a column of input tiles, so the programs resident
+        # at one time write a contiguous run of output rows.
+        pid_m = pid % grid_m
+        pid_n = pid // grid_m
     else:
         band = GROUP_M * grid_n
         first_m = (pid // band) * GROUP_M
@@ -64,19 +70,32 @@ def transpose_2d_kernel(
         pid_n = pid_n.to(tl.int64)
     rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    in_ptrs = x_ptr + rm[:, None] * stride_xm + rn[None, :] * stride_xn
-    # The output tile is BLOCK_N x BLOCK_M: its pointers and its mask are built from swapped offsets,
-    # never reused from the input side.
-    out_ptrs = out_ptr + rn[:, None] * stride_om + rm[None, :]
-    # INTERIOR == 0 folds the condition to false at compile time: one masked path, fewer registers.
-    if ((pid_m + 1) * BLOCK_M <= M) & ((pid_n + 1) * BLOCK_N <= N) & (INTERIOR != 0):
-        # An interior tile (all but the last row and column of tiles) needs no mask: one branch per
-        # program instead of a compare per element.
-        tl.store(out_ptrs, tl.trans(tl.load(in_ptrs)))
+    if OUT_TILE:
+        # The tile held in the output's orientation: loaded through transposed addresses and stored as
+        # it is; the compiler's layout conversion (coalesced load layout -> coalesced store layout) does
+        # the transpose, with no tl.trans. The tuning sweep measures it beside the tl.trans form.
+        out_ptrs = out_ptr + rn[:, None] * stride_om + rm[None, :]
+        interior = ((pid_m + 1) * BLOCK_M <= M) & ((pid_n + 1) * BLOCK_N <= N) & (INTERIOR != 0)
+        in_ptrs_t = x_ptr + rn[:, None] * stride_xn + rm[None, :] * stride_xm
+        if interior:
+            tl.store(out_ptrs, tl.load(in_ptrs_t))
+        else:
+            out_mask = (rn[:, None] < N) & (rm[None, :] < M)
+            tl.store(out_ptrs, tl.load(in_ptrs_t, mask=out_mask), mask=out_mask)
     else:
-        in_mask = (rm[:, None] < M) & (rn[None, :] < N)
-        out_mask = (rn[:, None] < N) & (rm[None, :] < M)
-        tl.store(out_ptrs, tl.trans(tl.load(in_ptrs, mask=in_mask)), mask=out_mask)
+        in_ptrs = x_ptr + rm[:, None] * stride_xm + rn[None, :] * stride_xn
+        # The output tile is BLOCK_N x BLOCK_M: its pointers and its mask are built from swapped offsets,
+        # never reused from the input side.
+        out_ptrs = out_ptr + rn[:, None] * stride_om + rm[None, :]
+        # INTERIOR == 0 folds the condition to false at compile time: one masked path, fewer registers.
+        if ((pid_m + 1) * BLOCK_M <= M) & ((pid_n + 1) * BLOCK_N <= N) & (INTERIOR != 0):
+            # An interior tile (all but the last row and column of tiles) needs no mask: one branch per
+            # program instead of a compare per element.
+            tl.store(out_ptrs, tl.trans(tl.load(in_ptrs)))
+        else:
+            in_mask = (rm[:, None] < M) & (rn[None, :] < N)
+            out_mask = (rn[:, None] < N) & (rm[None, :] < M)
+            tl.store(out_ptrs, tl.trans(tl.load(in_ptrs, mask=in_mask)), mask=out_mask)
 
 
 INT32_LIMIT = 2**31 - 1
@@ -135,20 +154,43 @@ def _spec(M: int, N: int, sxm: int, sxn: int, som: int, xp: int, op: int) -> tup
             som & 15 == 0, xp & 15 == 0, op & 15 == 0)  # fmt: skip
 
 
-def launch_known(x, out, xp: int, op: int, M: int, N: int, sxm: int, sxn: int, som: int, es: int, device: int,
-                 config) -> None:  # fmt: skip
-    """``launch`` with the addresses, sizes, strides and device the caller has already read (the launch
-    path of ``tileflip.ops``: every Python call and attribute read there is host time)."""
+def _class_of(M: int, N: int, sxm: int, sxn: int, som: int, es: int, device: int, config, xp: int, op: int):
+    """(compiled-class key, programs, scalar arguments) of one call."""
     block_m, block_n = config[0], config[1]
     grid_m = (M + block_m - 1) // block_m
     grid_n = (N + block_n - 1) // block_n
     wide = needs_index_64(M, N, sxm, sxn, som)
-    scalars = (M, N, sxm, sxn, som, grid_m, grid_n, block_m, block_n, config[3], wide, config[4])
+    scalars = (M, N, sxm, sxn, som, grid_m, grid_n, block_m, block_n, config[3], wide, config[4], config[6])
+    return (config, es, wide, device, *_spec(M, N, sxm, sxn, som, xp, op)), grid_m * grid_n, scalars
+
+
+def launch_known(x, out, xp: int, op: int, M: int, N: int, sxm: int, sxn: int, som: int, es: int, device: int,
+                 config) -> None:  # fmt: skip
+    """``launch`` with the addresses, sizes, strides and device the caller has already read (the launch
+    path of ``tileflip.ops``: every Python call and attribute read there is host time)."""
+    key, programs, scalars = _class_of(M, N, sxm, sxn, som, es, device, config, xp, op)
     if _INTERPRETED:
-        transpose_2d_kernel[(grid_m * grid_n,)](as_uint(x), as_uint(out), *scalars, num_warps=config.num_warps)
+        transpose_2d_kernel[(programs,)](as_uint(x), as_uint(out), *scalars, num_warps=config.num_warps)
         return
-    key = (config, es, wide, device, *_spec(M, N, sxm, sxn, som, xp, op))
-    _launch(transpose_2d_kernel, key, grid_m * grid_n, x, out, xp, op, scalars, config.num_warps, config.maxnreg)
+    _launch(transpose_2d_kernel, key, programs, x, out, xp, op, scalars, config.num_warps, config.maxnreg)
+
+
+def direct_launch(M: int, N: int, sxm: int, sxn: int, som: int, es: int, device: int, config, xp: int, op: int):
+    """A callable ``go(x, out, xp, op)`` that launches this call's compiled class through its C launcher,
+    every argument but the two addresses fixed (the tensors are not read); None until the class is
+    compiled, or where it takes triton's own path. ``tileflip.ops`` keeps one per call signature
+    (addresses of the same 16-byte alignment as ``xp`` and ``op``)."""
+    key, programs, scalars = _class_of(M, N, sxm, sxn, som, es, device, config, xp, op)
+    fast = _compiled.get(key)
+    if type(fast) is not tuple:
+        return None
+    c_launch, function, cooperative, pdl, metadata, _ = fast
+
+    def go(x, out, xp: int, op: int) -> None:
+        c_launch(programs, 1, 1, current_stream(device), function, cooperative, pdl, None, None, metadata, None,
+                 None, None, xp, op, *scalars)  # fmt: skip
+
+    return go
 
 
 def _launch(kernel_fn, key, programs: int, x, out, xp: int, op: int, scalars: tuple, num_warps: int,
@@ -260,7 +302,7 @@ def compile_for_target(element_size: int, config, *, arch: int = 90, unit_inner_
     names = ["x_ptr", "out_ptr", "M", "N", "stride_xm", "stride_xn", "stride_om", "grid_m", "grid_n"]
     signature = dict.fromkeys(names, "i32") | {"x_ptr": ptr, "out_ptr": ptr}
     constexprs = {"BLOCK_M": config.block_m, "BLOCK_N": config.block_n, "GROUP_M": config.group_m,
-                  "INDEX_64": index_64, "INTERIOR": config.interior}  # fmt: skip
+                  "INDEX_64": index_64, "INTERIOR": config.interior, "OUT_TILE": config.out_tile}  # fmt: skip
     signature |= dict.fromkeys(constexprs, "constexpr")
     if unit_inner_stride:
         signature["stride_xn"] = "constexpr"

@@ -1,0 +1,343 @@
+"""Experiments on the 2-D Triton transpose (session 6): program order, tiles and tile orientation beside the
+copy and torch.compile, timed interleaved in one process; and where a small call's host time goes.
+
+``python benchmarks/order_2d.py OUT.json SECTION...`` (``bash benchmarks/gpu_run.sh order-2d`` with
+``ORDER_SECTIONS``); every variant's result is checked bit for bit once.
+
+* ``large``: the suite's cases of >= 64 MiB: the table's tile in row order and in column order
+  (``group_m=0``), other tiles in column order, and a kernel written as the seed lesson writes it
+  (``constexpr`` sizes, a 2-D grid whose first axis walks down the rows of tiles).
+* ``small``: the launch-bound cases: tiles, the gather kernel, the CUDA kernels, torch.compile, and the
+  seed-style tile and the gather kernel with ``constexpr`` sizes.
+* ``fewwarps``: small cases on 1-2 warps, skinny fp32/fp64 cases on more tiles, and the launch
+  configuration torch.compile's autotuner picked for each.
+* ``forms``: small cases at torch.compile's tile (32 x 32, 4 warps) held in the output's orientation,
+  sizes ``constexpr`` or runtime, with and without ``evict_last`` loads.
+* ``spin``: the same calls timed behind spins of three fixed lengths.
+* ``launchers``: one compiled class launched through tileflip's C-launcher path and through triton's
+  ``kernel[grid](...)``, beside the standalone output-oriented kernel.
+* ``host``: host time per call of the parts of a small call (allocation forms, attribute reads).
+"""
+
+import json
+import statistics
+import sys
+
+import torch
+import triton
+import triton.language as tl
+
+import tileflip
+from tileflip import bench, timing, tuning
+from tileflip.dtypes import as_uint
+from tileflip.kernels import triton_transpose
+from tileflip.tuning import TileConfig
+
+
+@triton.jit
+def seed_style_kernel(x, out, M: tl.constexpr, N: tl.constexpr, sxm: tl.constexpr, sxn: tl.constexpr,
+                      som: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr):  # fmt: skip
+    rm = tl.program_id(0) * BM + tl.arange(0, BM)
+    rn = tl.program_id(1) * BN + tl.arange(0, BN)
+    tile = tl.load(x + rm[:, None] * sxm + rn[None, :] * sxn, mask=(rm[:, None] < M) & (rn[None, :] < N))
+    tl.store(out + rn[:, None] * som + rm[None, :], tl.trans(tile), mask=(rn[:, None] < N) & (rm[None, :] < M))
+
+
+@triton.jit
+def gather_const_kernel(x, out, M: tl.constexpr, N: tl.constexpr, sxm: tl.constexpr, sxn: tl.constexpr,
+                        BLOCK: tl.constexpr):  # fmt: skip
+    o = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = o < M * N
+    j = o // M
+    i = o - j * M
+    tl.store(out + o, tl.load(x + i * sxm + j * sxn, mask=mask), mask=mask)
+
+
+def gather_const(x, out):
+    M, N = x.shape
+    gather_const_kernel[(triton.cdiv(M * N, 1024),)](as_uint(x), as_uint(out), M, N, x.stride(0), x.stride(1), 1024,
+                                                     num_warps=4)  # fmt: skip
+
+
+@triton.jit
+def out_tile_kernel(x, out, M, N, sxm, sxn, YB: tl.constexpr, XB: tl.constexpr, EVICT: tl.constexpr):
+    # The tile in the output's orientation: rows y are input columns, columns x input rows; pid 0 walks x.
+    y = tl.program_id(1) * YB + tl.arange(0, YB)[:, None]
+    xi = tl.program_id(0) * XB + tl.arange(0, XB)[None, :]
+    mask = (y < N) & (xi < M)
+    v = tl.load(x + y * sxn + xi * sxm, mask, eviction_policy="evict_last" if EVICT else "")
+    tl.store(out + y * M + xi, v, mask)
+
+
+@triton.jit
+def out_tile_const_kernel(x, out, M: tl.constexpr, N: tl.constexpr, sxm: tl.constexpr, sxn: tl.constexpr,
+                          YB: tl.constexpr, XB: tl.constexpr, EVICT: tl.constexpr):  # fmt: skip
+    y = tl.program_id(1) * YB + tl.arange(0, YB)[:, None]
+    xi = tl.program_id(0) * XB + tl.arange(0, XB)[None, :]
+    mask = (y < N) & (xi < M)
+    v = tl.load(x + y * sxn + xi * sxm, mask, eviction_policy="evict_last" if EVICT else "")
+    tl.store(out + y * M + xi, v, mask)
+
+
+def out_tile(const: bool, evict: bool):
+    def go(x, out):
+        M, N = x.shape
+        kernel = out_tile_const_kernel if const else out_tile_kernel
+        kernel[(triton.cdiv(M, 32), triton.cdiv(N, 32))](as_uint(x), as_uint(out), M, N, x.stride(0), x.stride(1),
+                                                         32, 32, evict, num_warps=4)  # fmt: skip
+
+    return go
+
+
+def seed_style(x, out, config):
+    M, N = x.shape
+    grid = (triton.cdiv(M, config.block_m), triton.cdiv(N, config.block_n))
+    seed_style_kernel[grid](as_uint(x), as_uint(out), M, N, x.stride(0), x.stride(1), out.stride(0),
+                            config.block_m, config.block_n, num_warps=config.num_warps)  # fmt: skip
+
+
+LARGE = [((16384, 16384), d) for d in ("int8", "bfloat16", "float32", "float64")] + [
+    ((8192, 8192), "float32"), ((8192, 8192), "float64"), ((8192, 8191), "float32"), ((8192, 8191), "float64"),
+    ((8192, 8191), "int8"), ((8192, 8191), "bfloat16"), ((65536, 256), "float64"), ((256, 65536), "float64"),
+    ((256, 65536), "float32"), ((65536, 256), "float32")]  # fmt: skip
+EXTRA_TILES = {
+    1: [TileConfig(128, 256, 16, 0), TileConfig(256, 128, 16, 0), TileConfig(128, 128, 8, 0)],
+    2: [TileConfig(128, 128, 16, 0), TileConfig(64, 128, 8, 0), TileConfig(128, 64, 8, 0)],
+    4: [TileConfig(64, 64, 8, 0), TileConfig(64, 128, 16, 0), TileConfig(32, 128, 8, 0)],
+    8: [TileConfig(64, 64, 8, 0), TileConfig(32, 128, 8, 0), TileConfig(32, 64, 4, 0)],
+}
+SMALL = [((s, d)) for s in ((2, 100000), (31, 65), (1024, 512), (4096, 128)) for d in ("int8", "float32", "float64")]
+SMALL_TILES = [TileConfig(32, 32, 4), TileConfig(32, 32, 4, 0), TileConfig(64, 64, 4, 0), TileConfig(64, 64, 8, 0),
+               TileConfig(32, 64, 4, 0), TileConfig(64, 32, 4, 0)]  # fmt: skip
+
+
+def bits(t):
+    return t.reshape(-1).view(torch.uint8)
+
+
+def run_case(shape, dtype, variants, records, compile_peer):
+    case = bench.Case(shape, dtype)
+    x = bench._make_input(case)
+    ref = x.t().contiguous()
+    out = torch.empty_like(ref)
+    src = torch.empty_like(ref)
+    fns = [("copy", lambda: out.copy_(src), True)]
+    for name, fn in variants:
+        out.fill_(0)
+        fn(x, out)
+        fns.append((name, (lambda fn=fn: fn(x, out)), torch.equal(bits(out), bits(ref))))
+    if compile_peer:
+        torch._dynamo.reset()
+        compiled = torch.compile(lambda t: t.t().contiguous(), dynamic=False)
+        fns.append(("torch-compile", lambda: compiled(x), torch.equal(bits(compiled(x)), bits(ref))))
+    times = {name: [] for name, *_ in fns}
+    for _ in range(3):
+        for name, fn, _ok in fns:
+            times[name].append(timing.summarize(timing.device_times(fn, reps=20))[0])
+    copy_ms = statistics.median(times["copy"])
+    line = [f"{dtype:9s} {'x'.join(map(str, shape)):12s}"]
+    for name, _fn, ok in fns[1:]:
+        ms = statistics.median(times[name])
+        records.append({"section": "device", "shape": list(shape), "dtype": dtype, "variant": name, "ms": ms,
+                        "ms_rounds": times[name], "copy_ms": copy_ms, "fraction_of_copy": copy_ms / ms,
+                        "exact": ok})  # fmt: skip
+        line.append(f"{name}={copy_ms / ms:.3f}{'' if ok else '!'}")
+    print(" ".join(line), flush=True)
+
+
+def tile(config):
+    return lambda x, out: triton_transpose.launch(x, out, config)
+
+
+def large(records):
+    for shape, dtype in LARGE:
+        es = torch.empty((), dtype=getattr(torch, dtype)).element_size()
+        table = tuning.triton_config(es, shape, shape[1])
+        variants = [("table", tile(table)), ("table-col", tile(table._replace(group_m=0)))]
+        for c in EXTRA_TILES[es]:
+            if c != table._replace(group_m=0):
+                variants.append((f"{c.block_m}x{c.block_n}w{c.num_warps}-col", tile(c)))
+        d = tuning.DEFAULT_TILES[es]
+        variants.append((f"seed-style-{d.block_m}x{d.block_n}w{d.num_warps}", lambda x, o, d=d: seed_style(x, o, d)))
+        run_case(shape, dtype, variants, records, compile_peer=es == 8 or shape[0] == 256 or shape[1] == 256)
+        torch.cuda.empty_cache()
+
+
+def small(records):
+    for shape, dtype in SMALL:
+        variants = [("auto", lambda x, o: tileflip.transpose(x, o)),
+                    ("gather", lambda x, o: tileflip.transpose(x, o, backend="triton-gather")),
+                    ("cuda-naive", lambda x, o: tileflip.transpose(x, o, backend="cuda-naive")),
+                    ("cuda-tiled", lambda x, o: tileflip.transpose(x, o, backend="cuda-tiled"))]  # fmt: skip
+        if min(shape) >= 8:
+            es = torch.empty((), dtype=getattr(torch, dtype)).element_size()
+            table = tuning.triton_config(es, shape, shape[1])
+            variants.append(("table", tile(table)))
+            variants.append(("table-col", tile(table._replace(group_m=0))))
+            for c in SMALL_TILES:
+                variants.append((f"{c.block_m}x{c.block_n}w{c.num_warps}g{c.group_m}", tile(c)))
+            for c in (TileConfig(32, 32, 4), TileConfig(64, 64, 4), TileConfig(32, 64, 4)):
+                variants.append((f"seed-style-{c.block_m}x{c.block_n}w{c.num_warps}",
+                                 lambda x, o, c=c: seed_style(x, o, c)))  # fmt: skip
+        else:
+            variants.append(("thin-col", tile(tuning.thin_config(*shape)._replace(group_m=0))))
+        variants.append(("gather-constexpr-sizes", gather_const))
+        run_case(shape, dtype, variants, records, compile_peer=True)
+
+
+FEW_WARP_TILES = [TileConfig(32, 32, 1), TileConfig(32, 32, 2), TileConfig(32, 32, 2, 0), TileConfig(64, 32, 2),
+                  TileConfig(32, 64, 2), TileConfig(16, 64, 1), TileConfig(64, 16, 1),
+                  TileConfig(16, 16, 1)]  # fmt: skip
+
+
+def inductor_configs(first: int = 0):
+    """The launch configurations torch.compile's autotuner settled on, for the kernels loaded since the
+    ``first``-th generated module."""
+    from torch._inductor.codecache import PyCodeCache
+
+    found = []
+    for mod in list(PyCodeCache.modules)[first:]:
+        for name in dir(mod):
+            obj = getattr(mod, name)
+            for launcher in getattr(obj, "launchers", None) or []:
+                cfg = getattr(launcher, "config", None)
+                if cfg is not None:
+                    found.append(f"{name}: {cfg.kwargs} warps={cfg.num_warps} stages={cfg.num_stages}")
+    return found
+
+
+SKINNY = [((256, 65536), "float32"), ((65536, 256), "float32"), ((256, 65536), "float64"), ((65536, 256), "float64"),
+          ((8192, 8191), "float64")]  # fmt: skip
+SKINNY_TILES = [TileConfig(32, 32, 4, 0), TileConfig(32, 64, 4, 0), TileConfig(64, 32, 4, 0), TileConfig(32, 128, 4, 0),
+                TileConfig(128, 32, 4, 0), TileConfig(64, 64, 4, 0), TileConfig(32, 32, 2, 0)]  # fmt: skip
+
+
+def forms(records):
+    """Small cases at torch.compile's tile (32 x 32, 4 warps): the tile in the output's orientation with
+    sizes constexpr or runtime, with and without evict_last loads, beside the seed-style tile."""
+    for shape, dtype in [c for c in SMALL if min(c[0]) >= 8]:
+        variants = [("auto", lambda x, o: tileflip.transpose(x, o)),
+                    ("seed-style-32x32w4", lambda x, o: seed_style(x, o, TileConfig(32, 32, 4))),
+                    ("ours-32x32w4g0", tile(TileConfig(32, 32, 4, 0)))]  # fmt: skip
+        for const in (True, False):
+            for evict in (True, False):
+                variants.append((f"out-tile-{'const' if const else 'runtime'}{'-evict-last' if evict else ''}",
+                                 out_tile(const, evict)))  # fmt: skip
+        run_case(shape, dtype, variants, records, compile_peer=True)
+
+
+def fixed_spin_times(fn, spin_cycles, reps=20):
+    """Median device time of ``fn`` with the spin before each repetition fixed at ``spin_cycles``."""
+    return statistics.median(timing.device_times(fn, warmup=5, reps=reps, spin=spin_cycles))
+
+
+def spin(records):
+    """Does the length of the spin before a timed call change a launch-bound call's device time? (The
+    spin covers four times each call's own host time, so slow-launching calls get longer spins.)"""
+    for shape, dtype in [((1024, 512), "float32"), ((4096, 128), "float32"), ((2, 100000), "float32"),
+                         ((31, 65), "float32"), ((1024, 512), "int8")]:  # fmt: skip
+        case = bench.Case(shape, dtype)
+        x = bench._make_input(case)
+        out = torch.empty(shape[::-1], dtype=x.dtype, device="cuda")
+        src = torch.empty_like(out)
+        torch._dynamo.reset()
+        compiled = torch.compile(lambda t: t.t().contiguous(), dynamic=False)
+        compiled(x)
+        fns = {"copy": lambda: out.copy_(src), "auto": lambda: tileflip.transpose(x, out),
+               "torch-compile": lambda: compiled(x), "out-tile-runtime": lambda: out_tile(False, False)(x, out)}
+        for cycles in (200_000, 800_000, 3_200_000):
+            row = {}
+            for _ in range(3):
+                for name, fn in fns.items():
+                    row.setdefault(name, []).append(fixed_spin_times(fn, cycles))
+            med = {k: statistics.median(v) for k, v in row.items()}
+            for name, ms in med.items():
+                records.append({"section": "spin", "shape": list(shape), "dtype": dtype, "variant": name,
+                                "spin_cycles": cycles, "ms": ms, "copy_ms": med["copy"]})  # fmt: skip
+            print(f"{dtype:9s} {'x'.join(map(str, shape)):10s} spin {cycles:>9d}: "
+                  + " ".join(f"{k}={v * 1000:.2f}us" for k, v in med.items()), flush=True)
+
+
+def launchers(records):
+    """One compiled tile kernel launched three ways: tileflip's prepared C-launcher path, triton's own
+    ``kernel[grid](...)``, and the standalone output-oriented kernel, at torch.compile's tile."""
+    for shape, dtype in [((1024, 512), "float32"), ((4096, 128), "float32"), ((1024, 512), "int8")]:
+        variants = []
+        for c in (TileConfig(32, 32, 4, 0, 0, 0, 1), TileConfig(32, 32, 4, 0, 1, 0, 0), TileConfig(32, 32, 4, 1, 1)):
+            name = f"{c.block_m}x{c.block_n}w{c.num_warps}g{c.group_m}i{c.interior}o{c.out_tile}"
+            variants.append((f"{name}-direct", tile(c)))
+
+            def via_triton(x, o, c=c):
+                M, N = x.shape
+                key, programs, scalars = triton_transpose._class_of(M, N, x.stride(0), x.stride(1), M,
+                                                                    x.element_size(), 0, c, 0, 0)  # fmt: skip
+                triton_transpose.transpose_2d_kernel[(programs,)](as_uint(x), as_uint(o), *scalars,
+                                                                  num_warps=c.num_warps)  # fmt: skip
+
+            variants.append((f"{name}-triton-launch", via_triton))
+        variants.append(("out-tile-runtime", out_tile(False, False)))
+        run_case(shape, dtype, variants, records, compile_peer=True)
+
+
+def fewwarps(records):
+    """Small cases: our tile kernel on 1 or 2 warps; skinny fp32/fp64 cases: more tiles in column order;
+    and the configuration torch.compile picked for each."""
+    from torch._inductor.codecache import PyCodeCache
+
+    for shape, dtype in [c for c in SMALL if min(c[0]) >= 8] + SKINNY:
+        variants = [("auto", lambda x, o: tileflip.transpose(x, o))]
+        for c in FEW_WARP_TILES if (shape, dtype) in SMALL else SKINNY_TILES:
+            variants.append((f"{c.block_m}x{c.block_n}w{c.num_warps}g{c.group_m}", tile(c)))
+        first = len(PyCodeCache.modules)
+        run_case(shape, dtype, variants, records, compile_peer=True)
+        print(f"  torch.compile configs: {inductor_configs(first)}", flush=True)
+
+
+def host(records):
+    for shape in bench.HOST_SHAPES:
+        M, N = shape
+        x = bench._make_input(bench.Case(shape, "float32"))
+        out = torch.empty((N, M), device="cuda")
+        dt, dev = x.dtype, x.device
+        xt = x.t()
+        fns = {
+            "torch copy_": lambda: out.copy_(x.t()),
+            "torch contiguous": lambda: x.t().contiguous(),
+            "tileflip transpose(x, out)": lambda: tileflip.transpose(x, out),
+            "tileflip transpose(x)": lambda: tileflip.transpose(x),
+            "alloc x.new_empty((N, M))": lambda: x.new_empty((N, M)),
+            "alloc x.new_empty(N, M)": lambda: x.new_empty(N, M),
+            "alloc torch.empty(kw from x)": lambda: torch.empty((N, M), dtype=x.dtype, device=x.device),
+            "alloc torch.empty(kw held)": lambda: torch.empty((N, M), dtype=dt, device=dev),
+            "alloc torch.empty_strided": lambda: torch.empty_strided((N, M), (M, 1), dtype=dt, device=dev),
+            "alloc empty_like(x.t(), contiguous)": lambda: torch.empty_like(xt, memory_format=torch.contiguous_format),
+            "read x.shape": lambda: x.shape,
+            "read x.stride()": lambda: x.stride(),
+            "read x.data_ptr()": lambda: x.data_ptr(),
+            "read x.get_device()": lambda: x.get_device(),
+            "read x.dtype": lambda: x.dtype,
+            "read x.is_contiguous()": lambda: x.is_contiguous(),
+            "read x.is_cuda": lambda: x.is_cuda,
+            "empty call": lambda: None,
+        }
+        for r in range(3):
+            for name, fn in fns.items():
+                records.append({"section": "host", "shape": list(shape), "variant": name, "round": r,
+                                "us": bench._host_us(fn, 2000)})  # fmt: skip
+        for name in fns:
+            us = statistics.median(v["us"] for v in records if v.get("variant") == name and v["shape"] == list(shape)
+                                   and v["section"] == "host")  # fmt: skip
+            print(f"host {shape} {name}: {us:.2f} us", flush=True)
+
+
+def main(out_path, sections):
+    records = []
+    for s in sections:
+        {"large": large, "small": small, "host": host, "fewwarps": fewwarps, "forms": forms, "spin": spin,
+         "launchers": launchers}[s](records)
+        json.dump({"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
+                   "records": records}, open(out_path, "w"), indent=1)  # fmt: skip
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2:] or ["large", "small", "host"])
