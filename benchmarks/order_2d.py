@@ -4,8 +4,9 @@ copy and torch.compile, timed interleaved in one process; and where a small call
 ``python benchmarks/order_2d.py OUT.json SECTION...`` (``bash benchmarks/gpu_run.sh order-2d`` with
 ``ORDER_SECTIONS``); every variant's result is checked bit for bit once.
 
-* ``large``: the suite's cases of >= 64 MiB: the table's tile in row order and in column order
-  (``group_m=0``), other tiles in column order, and a kernel written as the seed lesson writes it
+* ``large``: the suite's cases of >= 64 MiB: the table's tile as the table has it (``table``) and in
+  column order (``table-col``: the same variant where the table is in column order already, as it is
+  since run 2), other tiles in column order, and a kernel written as the seed lesson writes it
   (``constexpr`` sizes, a 2-D grid whose first axis walks down the rows of tiles).
 * ``small``: the launch-bound cases: tiles, the gather kernel, the CUDA kernels, torch.compile, and the
   seed-style tile and the gather kernel with ``constexpr`` sizes.

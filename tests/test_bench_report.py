@@ -57,3 +57,22 @@ def _pythonpath():
     import os
 
     return {"PYTHONPATH": os.environ["PYTHONPATH"]} if "PYTHONPATH" in os.environ else {}
+
+
+def test_tune_chooses_only_among_configs_measured_on_every_shape_of_a_class():
+    """A configuration measured twice on one shape of a two-shape class must not count as measured on
+    both; the choice is the best geometric mean among those measured on each shape."""
+    from tileflip import tune
+
+    def row(config, shape, fraction):
+        return {"element_size": 4, "shape_class": "tiny", "shape": list(shape), "config": list(config),
+                "fraction_of_copy": fraction}  # fmt: skip
+
+    a, b, c = (32, 32, 4, 0, 1, 0, 0), (64, 64, 8, 0, 1, 0, 0), (64, 64, 8, 8, 1, 0, 0)
+    shapes = tune.REPRESENTATIVE["tiny"]
+    rows = [row(a, shapes[0], 0.95), row(a, shapes[1], 0.97),
+            row(b, shapes[0], 0.90), row(b, shapes[1], 0.99),
+            row(c, shapes[0], 1.20), row(c, shapes[0], 1.20)]  # fmt: skip
+    chosen = tune.choose(rows)["4:tiny"]
+    assert chosen["config"] == list(a)
+    assert abs(chosen["fraction_of_copy"] - (0.95 * 0.97) ** 0.5) < 1e-4

@@ -336,6 +336,14 @@ def test_prepared_calls_stay_exact_and_checked(backend):
 
 
 @pytest.mark.gpu
+def test_fast_path_refuses_an_unhashable_backend_by_name():
+    """A backend that is not a string reaches the checked path's named error on a CUDA tensor too."""
+    x = random_bits((8, 16), torch.float32, "cuda")
+    with pytest.raises(ValueError, match="backend must be one of"):
+        tileflip.transpose(x, backend=["triton"])
+
+
+@pytest.mark.gpu
 def test_fast_path_reuses_the_compiled_kernel():
     """The second call of a class goes through the cached launcher, with exact results."""
     from tileflip.kernels import triton_transpose

@@ -580,7 +580,7 @@ def _build_variant(kernel, M, N, itemsize, *, threads, block, num_warps, strides
     d_bm, d_bn, d_nw = TRITON_DEFAULTS[itemsize]
     bm, bn = _parse_pair(block, "block") if block else (d_bm, d_bn)
     nw = int(num_warps or (d_nw if (bm, bn) == (d_bm, d_bn) else 4 if bm * bn <= 2048 else 8))
-    grid = transpose_grid(M, N, bm, bn, int(group_m or 1))
+    grid = transpose_grid(M, N, bm, bn, 1 if group_m is None else int(group_m))
     # Triton specializes a stride of 1 and hints divisibility by 16; both decide the vector width.
     in_dim = 1 if x_strides[1] == 1 else 0 if x_strides[0] == 1 else None
     in_aligned = all(s % 16 == 0 for s in x_strides if s != 1)

@@ -177,7 +177,9 @@ def transpose(x: torch.Tensor, out: torch.Tensor | None = None, *, backend: str 
 # Call signature (sizes, strides, dtype, device, backend, the two addresses' 16-byte alignment) -> the
 # prepared launch ``(go, x_bytes, out_bytes)``: the backend chosen, the tile planned and the compiled
 # kernel's arguments fixed once, so that a repeated call costs reading its signature, the output checks
-# and one dict lookup. Cleared when full (it is a cache: any entry can be prepared again).
+# and one dict lookup. A signature whose kernel is not compiled (or loaded) yet, or whose compiled class
+# needs triton's own launch path, is prepared again on its next call. Cleared when full (it is a cache:
+# any entry can be prepared again).
 _prepared: dict = {}
 PREPARED_LIMIT = 4096
 
@@ -186,7 +188,7 @@ def _fast_cuda(x: torch.Tensor, out, backend: str):
     """The common valid call on a CUDA tensor, each attribute read once (host time is most of a small
     transpose's cost); None for anything else, which the checked path then handles or refuses."""
     shape = x.shape
-    if len(shape) != 2:
+    if len(shape) != 2 or type(backend) is not str:
         return None
     M, N = shape
     device = x.get_device()

@@ -74,7 +74,9 @@ def sweep(element_sizes, log) -> list[dict]:
                 # Second pass over the three best: every tile masked (fewer registers), and programs in
                 # bands of 8 tile rows.
                 best = [tuning.TileConfig(*r["config"]) for r in sorted(mine, key=lambda r: -r["fraction_of_copy"])[:3]]
+                seen = {tuple(r["config"]) for r in mine}
                 variants = [c._replace(interior=0) for c in best] + [c._replace(group_m=8) for c in best]
+                variants = [v for v in dict.fromkeys(variants) if tuple(v) not in seen]
                 mine += [_measure(x, out, src, dst, variant, about, log) for variant in variants]
                 rows += mine
                 del x, out, src, dst
@@ -90,8 +92,12 @@ def choose(rows: list[dict]) -> dict:
             mine = [r for r in rows if r["element_size"] == es and r["shape_class"] == cls]
             by_config: dict = {}
             for r in mine:
-                by_config.setdefault(tuple(r["config"]), []).append(r["fraction_of_copy"])
-            scored = {c: _geomean(v) for c, v in by_config.items() if len(v) == len(REPRESENTATIVE[cls])}
+                by_config.setdefault(tuple(r["config"]), {})[tuple(r["shape"])] = r["fraction_of_copy"]
+            shapes = {tuple(s) for s in REPRESENTATIVE[cls]}
+            # Only configurations measured on every representative shape of the class compete.
+            scored = {c: _geomean(list(v.values())) for c, v in by_config.items() if set(v) == shapes}
+            if not scored:
+                continue
             best = max(scored, key=scored.get)
             table[f"{es}:{cls}"] = {"config": list(best), "fraction_of_copy": round(scored[best], 4)}
     return table

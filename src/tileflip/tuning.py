@@ -24,9 +24,10 @@ TABLE_FILE = Path(__file__).with_name("data") / "tuning-h200.json"
 
 
 class TileConfig(NamedTuple):
-    """A Triton tile: BLOCK_M x BLOCK_N elements, ``num_warps``, the program order ``group_m`` (1 walks
-    rows of tiles; G > 1 walks bands of G tile rows) and ``interior`` (1: interior tiles take an
-    unmasked branch, at the price of the registers of two code paths; 0: every tile is masked),
+    """A Triton tile: BLOCK_M x BLOCK_N elements, ``num_warps``, the program order ``group_m`` (0 walks
+    columns of tiles; 1 walks rows of tiles; G > 1 walks bands of G tile rows), ``interior`` (1:
+    interior tiles take an unmasked branch, at the price of the registers of two code paths; 0: every
+    tile is masked),
     ``maxnreg`` (a cap on registers per thread passed to the compiler, 0 for none; a kernel that
     honours it says so) and ``out_tile`` (1: the 2-D kernel holds the tile in the output's orientation,
     loads through transposed addresses and lets the compiler's layout conversion transpose, instead of
@@ -106,7 +107,7 @@ def triton_config(element_size: int, shape: tuple | None = None, row_stride: int
     a thin shape gets ``thin_config``; a large one whose input ``row_stride`` is not a multiple of 16
     elements (rows not 16-aligned, so no vector loads: e.g. 8192 x 8191) the table's ``unaligned``
     entry, a skinny one (a side under SKINNY_SIDE) its ``skinny`` entry, when the table has them.
-    Called once per call signature (``tileflip.ops`` keeps the prepared launch)."""
+    (The fast path of ``tileflip.ops`` calls it once per call signature; the checked path per call.)"""
     if shape is None:
         return _config(element_size, "large")
     M, N = shape
