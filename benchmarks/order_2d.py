@@ -18,6 +18,10 @@ copy and torch.compile, timed interleaved in one process; and where a small call
 * ``launchers``: one compiled class launched through tileflip's C-launcher path and through triton's
   ``kernel[grid](...)``, beside the standalone output-oriented kernel.
 * ``host``: host time per call of the parts of a small call (allocation forms, attribute reads).
+* ``packed`` (not run yet): int8 moved as 4-byte words, each 4 x 4 block of bytes transposed in
+  registers, beside ``auto``.
+* ``profile`` (not run yet): the launch-bound cases' kernel durations from the profiler beside the
+  events' figure.
 """
 
 import json
@@ -280,6 +284,91 @@ def launchers(records):
         run_case(shape, dtype, variants, records, compile_peer=True)
 
 
+@triton.jit
+def packed_u8_kernel(x, out, sxm_w, som_w, BM: tl.constexpr, BNW: tl.constexpr):
+    # A 1-byte transpose moved as 4-byte words: each 4 x 4 block of bytes is transposed inside the
+    # registers (shifts and masks), so loads, stores and the layout conversion move int32 words. x and
+    # out are int32 views of uint8 matrices; full tiles only (M % BM == 0, N % (4 BNW) == 0).
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    rm = pid_m * BM + tl.arange(0, BM)
+    cw = pid_n * BNW + tl.arange(0, BNW)
+    w = tl.reshape(tl.load(x + rm[:, None] * sxm_w + cw[None, :]), [BM // 4, 4, BNW])  # (word row g, r, c)
+    sh = (tl.arange(0, 4) * 8)[None, :, None]
+    o0 = tl.sum((w & 0xFF) << sh, axis=1)  # byte 0 of rows 4g..4g+3: output row 4c, word g
+    o1 = tl.sum(((w >> 8) & 0xFF) << sh, axis=1)
+    o2 = tl.sum(((w >> 16) & 0xFF) << sh, axis=1)
+    o3 = tl.sum(((w >> 24) & 0xFF) << sh, axis=1)
+    o = tl.join(tl.join(o0, o1), tl.join(o2, o3))  # (g, c, i, j): byte k = 2 j + i
+    o = tl.reshape(tl.permute(o, (1, 3, 2, 0)), [4 * BNW, BM // 4])  # output row 4c + k, word g
+    ro = pid_n * (4 * BNW) + tl.arange(0, 4 * BNW)
+    go = pid_m * (BM // 4) + tl.arange(0, BM // 4)
+    tl.store(out + ro[:, None] * som_w + go[None, :], o)
+
+
+def packed_u8(bm, bnw, warps):
+    def go(x, out):
+        M, N = x.shape
+        xw, ow = x.view(torch.int32), out.view(torch.int32)
+        packed_u8_kernel[(M // bm, N // (4 * bnw))](xw, ow, xw.stride(0), ow.stride(0), bm, bnw,
+                                                    num_warps=warps)  # fmt: skip
+
+    return go
+
+
+PACKED_TILES = [(64, 16, 4), (128, 32, 8), (128, 32, 4), (256, 32, 8), (256, 16, 8), (64, 32, 4), (128, 64, 16)]
+
+
+def packed(records):
+    """int8 cases of >= 16 MiB: the 4 x 4-byte packed transpose (tiles as (rows, words, warps)) beside
+    auto. Exactness of the kernel was checked in Triton's interpreter (TRITON_INTERPRET=1) on 256 x 512."""
+    for shape in ((16384, 16384), (8192, 8192), (65536, 256), (256, 65536)):
+        variants = [("auto", lambda x, o: tileflip.transpose(x, o))]
+        for bm, bnw, w in PACKED_TILES:
+            if shape[0] % bm == 0 and shape[1] % (4 * bnw) == 0:
+                variants.append((f"packed-{bm}x{4 * bnw}B-w{w}", packed_u8(bm, bnw, w)))
+        run_case(shape, "int8", variants, records, compile_peer=False)
+        torch.cuda.empty_cache()
+
+
+def profile(records):
+    """Launch-bound cases: every kernel's own duration from the profiler (CUPTI), beside the events'
+    figure, for tileflip, the standalone output-oriented kernel, torch.compile and the copy."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as profiler
+
+    flush = timing._flush_buffer(torch.device("cuda"))
+    for shape, dtype in [((1024, 512), "float32"), ((4096, 128), "float32"), ((2, 100000), "float32"),
+                         ((31, 65), "float32")]:  # fmt: skip
+        x = bench._make_input(bench.Case(shape, dtype))
+        out = torch.empty(shape[::-1], dtype=x.dtype, device="cuda")
+        src = torch.empty_like(out)
+        torch._dynamo.reset()
+        compiled = torch.compile(lambda t: t.t().contiguous(), dynamic=False)
+        fns = {"copy": lambda: out.copy_(src), "auto": lambda: tileflip.transpose(x, out),
+               "out-tile-runtime": lambda: out_tile(False, False)(x, out), "torch-compile": lambda: compiled(x)}
+        for name, fn in fns.items():
+            for _ in range(5):
+                fn()
+            torch.cuda.synchronize()
+            with profiler(activities=[ProfilerActivity.CUDA]) as prof:
+                for _ in range(20):
+                    flush.zero_()
+                    torch.cuda._sleep(200_000)
+                    fn()
+                torch.cuda.synchronize()
+            by_kernel = {}
+            for e in prof.events():
+                if e.device_time > 0:
+                    by_kernel.setdefault(e.name, []).append(e.device_time)
+            kernels = {k: statistics.median(v) for k, v in by_kernel.items() if len(v) >= 20}
+            events_ms = statistics.median(timing.device_times(fn, reps=20))
+            records.append({"section": "profile", "shape": list(shape), "dtype": dtype, "variant": name,
+                            "kernel_us": kernels, "events_us": events_ms * 1000})  # fmt: skip
+            print(f"{dtype:9s} {'x'.join(map(str, shape)):10s} {name:18s} events {events_ms * 1000:.2f}us "
+                  + " ".join(f"{k[:40]}={v:.2f}us" for k, v in kernels.items()), flush=True)
+
+
 def fewwarps(records):
     """Small cases: our tile kernel on 1 or 2 warps; skinny fp32/fp64 cases: more tiles in column order;
     and the configuration torch.compile picked for each."""
@@ -335,7 +424,7 @@ def main(out_path, sections):
     records = []
     for s in sections:
         {"large": large, "small": small, "host": host, "fewwarps": fewwarps, "forms": forms, "spin": spin,
-         "launchers": launchers}[s](records)
+         "launchers": launchers, "packed": packed, "profile": profile}[s](records)
         json.dump({"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
                    "records": records}, open(out_path, "w"), indent=1)  # fmt: skip
 
