@@ -372,7 +372,7 @@ def measure_host(rounds: int, log=print) -> list[dict]:
                                                                                     backend="triton-gather"),
             "tileflip cuda-tiled: transpose(x, out=out)": lambda: tileflip.transpose(x, out, backend="cuda-tiled"),
             "part: argument checks": checks,
-            "part: allocation torch.empty": lambda: torch.empty((N, M), device="cuda"),
+            "part: allocation x.new_empty(N, M)": lambda: x.new_empty(N, M),  # what transpose(x) allocates
             "part: triton launch (fast path)": lambda: triton_transpose.launch(x, out, config),
             "part: cuda launch (cuLaunchKernel)": lambda: cuda_transpose.launch(x, out, "tiled"),
             "reference: empty Python call": lambda: None,
