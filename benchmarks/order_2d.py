@@ -20,8 +20,13 @@ copy and torch.compile, timed interleaved in one process; and where a small call
 * ``host``: host time per call of the parts of a small call (allocation forms, attribute reads).
 * ``packed`` (not run yet): int8 moved as 4-byte words, each 4 x 4 block of bytes transposed in
   registers, beside ``auto``.
-* ``profile`` (not run yet): the launch-bound cases' kernel durations from the profiler beside the
-  events' figure.
+* ``profile``: the launch-bound cases' device activities from the profiler (launch gap after the spin,
+  duration) beside the events' figure.
+* ``evict``: the launch-bound cases: constexpr sizes and ``evict_last`` loads taken apart, and the
+  table's tile with ``evict_last`` loads, by events and profiler durations.
+* ``tiny``: the launch-bound cases in torch.compile's kernel form on tileflip's kernel (a 2-D grid,
+  ``group_m=-1``), and the sliver cases' gather with ``evict_last`` and a multiply-high division.
+* ``bands``: the >= 256 MiB cases in column order within bands of G tile rows, beside plain column order.
 """
 
 import json
@@ -274,10 +279,10 @@ def launchers(records):
 
             def via_triton(x, o, c=c):
                 M, N = x.shape
-                key, programs, scalars = triton_transpose._class_of(M, N, x.stride(0), x.stride(1), M,
-                                                                    x.element_size(), 0, c, 0, 0)  # fmt: skip
-                triton_transpose.transpose_2d_kernel[(programs,)](as_uint(x), as_uint(o), *scalars,
-                                                                  num_warps=c.num_warps)  # fmt: skip
+                key, grid, scalars = triton_transpose._class_of(M, N, x.stride(0), x.stride(1), M,
+                                                                x.element_size(), 0, c, 0, 0)  # fmt: skip
+                triton_transpose.transpose_2d_kernel[grid](as_uint(x), as_uint(o), *scalars,
+                                                           num_warps=c.num_warps)  # fmt: skip
 
             variants.append((f"{name}-triton-launch", via_triton))
         variants.append(("out-tile-runtime", out_tile(False, False)))
@@ -331,42 +336,274 @@ def packed(records):
         torch.cuda.empty_cache()
 
 
-def profile(records):
-    """Launch-bound cases: every kernel's own duration from the profiler (CUPTI), beside the events'
-    figure, for tileflip, the standalone output-oriented kernel, torch.compile and the copy."""
+def _device_activities(prof):
+    """The device-side activities (kernels, copies) of a profile, in start order: (name, start ns, end ns)."""
+    from torch.autograd import DeviceType
+
+    acts = [(e.name(), e.start_ns(), e.end_ns()) for e in prof.profiler.kineto_results.events()
+            if e.device_type() == DeviceType.CUDA and e.duration_ns() > 0]  # fmt: skip
+    return sorted(acts, key=lambda a: a[1])
+
+
+def _profiled(fn, flush, calls: int = 20) -> tuple[float, float, list]:
+    """(median launch gap, median duration, kernel names) of ``calls`` calls of ``fn``, each queued behind
+    the L2 flush and a spin as in ``timing.device_times``, from the profiler (CUPTI): the gap runs from
+    the end of the spin to the start of the call's first device activity, the duration from that start
+    to the end of its last."""
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as profiler
 
+    for _ in range(5):
+        fn()
+    torch.cuda.synchronize()
+    with profiler(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            flush.zero_()
+            torch.cuda._sleep(200_000)
+            fn()
+        torch.cuda.synchronize()
+    gaps, durations, names = [], [], set()
+    acts = _device_activities(prof)
+    i = 0
+    while i < len(acts):
+        if "spin" not in acts[i][0]:
+            i += 1
+            continue
+        spin_end = acts[i][2]
+        j = i + 1
+        while j < len(acts) and "spin" not in acts[j][0] and "Fill" not in acts[j][0]:
+            j += 1
+        call = acts[i + 1:j]
+        if call:
+            gaps.append((call[0][1] - spin_end) / 1000)
+            durations.append((max(a[2] for a in call) - call[0][1]) / 1000)
+            names.update(a[0][:60] for a in call)
+        i = j
+    nan = float("nan")
+    return (statistics.median(gaps) if gaps else nan, statistics.median(durations) if durations else nan,
+            sorted(names))  # fmt: skip
+
+
+def profile(records):
+    """Launch-bound cases: each call's device activities from the profiler (CUPTI), beside the events'
+    figure: the gap from the end of the spin kernel that precedes the call to the start of the call's
+    first activity (the launch as the device sees it), and the call's own duration (first start to
+    last end), for tileflip, the standalone output-oriented kernel (runtime and constexpr sizes), the
+    CUDA naive kernel, torch.compile, CuPy and the copy."""
+    try:
+        import cupy
+    except ImportError:
+        cupy = None
     flush = timing._flush_buffer(torch.device("cuda"))
     for shape, dtype in [((1024, 512), "float32"), ((4096, 128), "float32"), ((2, 100000), "float32"),
-                         ((31, 65), "float32")]:  # fmt: skip
+                         ((31, 65), "float32"), ((1024, 512), "int8"), ((1024, 512), "float64")]:  # fmt: skip
         x = bench._make_input(bench.Case(shape, dtype))
         out = torch.empty(shape[::-1], dtype=x.dtype, device="cuda")
         src = torch.empty_like(out)
         torch._dynamo.reset()
         compiled = torch.compile(lambda t: t.t().contiguous(), dynamic=False)
         fns = {"copy": lambda: out.copy_(src), "auto": lambda: tileflip.transpose(x, out),
-               "out-tile-runtime": lambda: out_tile(False, False)(x, out), "torch-compile": lambda: compiled(x)}
+               "cuda-naive": lambda: tileflip.transpose(x, out, backend="cuda-naive"),
+               "out-tile-runtime": lambda: out_tile(False, False)(x, out),
+               "out-tile-const": lambda: out_tile(True, True)(x, out), "torch-compile": lambda: compiled(x)}
+        if cupy is not None:
+            xc = cupy.from_dlpack(x)
+            fns["cupy"] = lambda: cupy.ascontiguousarray(xc.T)
         for name, fn in fns.items():
-            for _ in range(5):
-                fn()
-            torch.cuda.synchronize()
-            with profiler(activities=[ProfilerActivity.CUDA]) as prof:
-                for _ in range(20):
-                    flush.zero_()
-                    torch.cuda._sleep(200_000)
-                    fn()
-                torch.cuda.synchronize()
-            by_kernel = {}
-            for e in prof.events():
-                if e.device_time > 0:
-                    by_kernel.setdefault(e.name, []).append(e.device_time)
-            kernels = {k: statistics.median(v) for k, v in by_kernel.items() if len(v) >= 20}
+            gap, dur, names = _profiled(fn, flush)
             events_ms = statistics.median(timing.device_times(fn, reps=20))
             records.append({"section": "profile", "shape": list(shape), "dtype": dtype, "variant": name,
-                            "kernel_us": kernels, "events_us": events_ms * 1000})  # fmt: skip
-            print(f"{dtype:9s} {'x'.join(map(str, shape)):10s} {name:18s} events {events_ms * 1000:.2f}us "
-                  + " ".join(f"{k[:40]}={v:.2f}us" for k, v in kernels.items()), flush=True)
+                            "gap_us": gap, "duration_us": dur, "kernels": names,
+                            "events_us": events_ms * 1000})  # fmt: skip
+            print(f"{dtype:9s} {'x'.join(map(str, shape)):10s} {name:18s} events {events_ms * 1000:5.2f}us "
+                  f"gap {gap:5.2f}us duration {dur:5.2f}us {names}", flush=True)
+
+
+@triton.jit
+def gather_evict_kernel(x, out, M, N, sxm, sxn, total, BLOCK: tl.constexpr, EVICT: tl.constexpr):
+    o = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = o < total
+    j = o // M
+    i = o - j * M
+    v = tl.load(x + i * sxm + j * sxn, mask=mask, eviction_policy="evict_last" if EVICT else "")
+    tl.store(out + o, v, mask=mask)
+
+
+def gather_evict(evict: bool):
+    def go(x, out):
+        M, N = x.shape
+        gather_evict_kernel[(triton.cdiv(M * N, 1024),)](as_uint(x), as_uint(out), M, N, x.stride(0), x.stride(1),
+                                                         M * N, 1024, evict, num_warps=4)  # fmt: skip
+
+    return go
+
+
+EVICT_CASES = [((1024, 512), "float32"), ((4096, 128), "float32"), ((1024, 512), "int8"), ((1024, 512), "float64"),
+               ((4096, 128), "bfloat16"), ((31, 65), "float32"), ((2, 100000), "float32")]  # fmt: skip
+
+
+def evict(records):
+    """Launch-bound cases: which part of torch.compile's kernel form (constexpr sizes, ``evict_last``
+    loads) makes it shorter, and the table's tile with ``evict_last`` (``TileConfig.evict_last``): events
+    (3 interleaved rounds) and profiler durations of each variant."""
+    flush = timing._flush_buffer(torch.device("cuda"))
+    for shape, dtype in EVICT_CASES:
+        es = torch.empty((), dtype=getattr(torch, dtype)).element_size()
+        x = bench._make_input(bench.Case(shape, dtype))
+        ref = x.t().contiguous()
+        out = torch.empty_like(ref)
+        src = torch.empty_like(ref)
+        variants = {"auto": lambda x, o: tileflip.transpose(x, o)}
+        if min(shape) >= 8:
+            table = tuning.triton_config(es, shape, shape[1])
+            variants["table-evict"] = tile(table._replace(evict_last=1))
+            variants["table-outtile-evict"] = tile(table._replace(out_tile=1, evict_last=1))
+            variants["32x32w4-outtile"] = tile(TileConfig(32, 32, 4, 0, 1, 0, 1, 0))
+            variants["32x32w4-outtile-evict"] = tile(TileConfig(32, 32, 4, 0, 1, 0, 1, 1))
+            variants["32x32w4-outtile-evict-i0"] = tile(TileConfig(32, 32, 4, 0, 0, 0, 1, 1))
+            for const in (False, True):
+                for ev in (False, True):
+                    name = f"out-tile-{'const' if const else 'runtime'}{'-evict' if ev else ''}"
+                    variants[name] = out_tile(const, ev)
+        else:
+            variants["gather"] = lambda x, o: tileflip.transpose(x, o, backend="triton-gather")
+            variants["gather-runtime"] = gather_evict(False)
+            variants["gather-runtime-evict"] = gather_evict(True)
+            variants["gather-const"] = gather_const
+        fns = {"copy": lambda: out.copy_(src)}
+        exact = {}
+        for name, fn in variants.items():
+            out.fill_(0)
+            fn(x, out)
+            exact[name] = torch.equal(bits(out), bits(ref))
+            fns[name] = lambda fn=fn: fn(x, out)
+        torch._dynamo.reset()
+        compiled = torch.compile(lambda t: t.t().contiguous(), dynamic=False)
+        exact["torch-compile"] = torch.equal(bits(compiled(x)), bits(ref))
+        fns["torch-compile"] = lambda: compiled(x)
+        times = {name: [] for name in fns}
+        for _ in range(3):
+            for name, fn in fns.items():
+                times[name].append(timing.summarize(timing.device_times(fn, reps=20))[0])
+        copy_ms = statistics.median(times["copy"])
+        for name, fn in fns.items():
+            gap, dur, names = _profiled(fn, flush)
+            ms = statistics.median(times[name])
+            records.append({"section": "evict", "shape": list(shape), "dtype": dtype, "variant": name, "ms": ms,
+                            "ms_rounds": times[name], "copy_ms": copy_ms, "fraction_of_copy": copy_ms / ms,
+                            "gap_us": gap, "duration_us": dur, "kernels": names,
+                            "exact": exact.get(name, True)})  # fmt: skip
+            print(f"{dtype:9s} {'x'.join(map(str, shape)):10s} {name:26s} {copy_ms / ms:.3f} events {ms * 1000:5.2f}us "
+                  f"gap {gap:5.2f}us duration {dur:5.2f}us{'' if exact.get(name, True) else ' NOT EXACT'}", flush=True)
+
+
+def magic_divisor(d: int) -> tuple[int, int]:
+    """(m, s) with n // d == umulhi(n, m) >> s for every 0 <= n < 2**31 (d >= 2; round-up method: l =
+    ceil(log2 d), m = ceil(2**(31 + l) / d) < 2**32, s = l - 1). ``m`` is passed as its int32 bit pattern."""
+    bits = (d - 1).bit_length()
+    m = -(-(1 << (31 + bits)) // d)
+    return (m - (1 << 32) if m >= 1 << 31 else m), bits - 1
+
+
+@triton.jit(do_not_specialize=["magic", "shift"])
+def gather_magic_kernel(x, out, M, sxm, sxn, total, magic, shift, BLOCK: tl.constexpr):
+    # The gather with its division by M done as a multiply-high by a host-computed magic number.
+    o = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = o < total
+    j = (tl.umulhi(o.to(tl.uint32), magic.to(tl.uint32, bitcast=True)) >> shift.to(tl.uint32)).to(tl.int32)
+    i = o - j * M
+    v = tl.load(x + i * sxm + j * sxn, mask=mask, eviction_policy="evict_last")
+    tl.store(out + o, v, mask=mask)
+
+
+def gather_magic(x, out):
+    M, N = x.shape
+    magic, shift = magic_divisor(M)
+    gather_magic_kernel[(triton.cdiv(M * N, 1024),)](as_uint(x), as_uint(out), M, x.stride(0), x.stride(1), M * N,
+                                                     magic, shift, 1024, num_warps=4)  # fmt: skip
+
+
+TINY_CASES = [((1024, 512), d) for d in ("int8", "bfloat16", "float32", "float64")] + [
+    ((4096, 128), d) for d in ("int8", "bfloat16", "float32", "float64")] + [
+    ((31, 65), d) for d in ("int8", "bfloat16", "float32", "float64")] + [
+    ((2, 100000), d) for d in ("int8", "bfloat16", "float32", "float64")]  # fmt: skip
+# torch.compile's form (32 x 32, 4 warps, output orientation, evict_last loads, every tile masked) in
+# the production kernel on a 2-D grid, and its neighbours.
+TINY_TILES = {
+    "g-1o1i0e1": TileConfig(32, 32, 4, -1, 0, 0, 1, 1),
+    "g-1o1i1e1": TileConfig(32, 32, 4, -1, 1, 0, 1, 1),
+    "g-1o1i0e0": TileConfig(32, 32, 4, -1, 0, 0, 1, 0),
+    "g0o1i0e1": TileConfig(32, 32, 4, 0, 0, 0, 1, 1),
+    "g-1o0i1e1": TileConfig(32, 32, 4, -1, 1, 0, 0, 1),
+    "64x32g-1o1i0e1": TileConfig(64, 32, 4, -1, 0, 0, 1, 1),
+}
+
+
+def tiny(records):
+    """The launch-bound cases: torch.compile's kernel form in tileflip's kernel (2-D grid, group_m=-1),
+    beside auto, the standalone form and torch.compile; the sliver cases (2 x 100000): the gather with
+    evict_last and with a multiply-high division. Events (3 interleaved rounds) and profiler durations."""
+    flush = timing._flush_buffer(torch.device("cuda"))
+    for shape, dtype in TINY_CASES:
+        x = bench._make_input(bench.Case(shape, dtype))
+        ref = x.t().contiguous()
+        out = torch.empty_like(ref)
+        src = torch.empty_like(ref)
+        variants = {"auto": lambda x, o: tileflip.transpose(x, o)}
+        if min(shape) >= 8:
+            for name, c in TINY_TILES.items():
+                variants[name] = tile(c)
+            variants["out-tile-runtime-evict"] = out_tile(False, True)
+        else:
+            variants["gather-runtime-evict"] = gather_evict(True)
+            variants["gather-magic-evict"] = gather_magic
+            variants["g-1o1i0e1"] = tile(TINY_TILES["g-1o1i0e1"])
+        fns = {"copy": lambda: out.copy_(src)}
+        exact = {}
+        for name, fn in variants.items():
+            out.fill_(0)
+            fn(x, out)
+            exact[name] = torch.equal(bits(out), bits(ref))
+            fns[name] = lambda fn=fn: fn(x, out)
+        torch._dynamo.reset()
+        compiled = torch.compile(lambda t: t.t().contiguous(), dynamic=False)
+        exact["torch-compile"] = torch.equal(bits(compiled(x)), bits(ref))
+        fns["torch-compile"] = lambda: compiled(x)
+        times = {name: [] for name in fns}
+        for _ in range(3):
+            for name, fn in fns.items():
+                times[name].append(timing.summarize(timing.device_times(fn, reps=20))[0])
+        copy_ms = statistics.median(times["copy"])
+        line = [f"{dtype:9s} {'x'.join(map(str, shape)):10s}"]
+        for name, fn in fns.items():
+            gap, dur, names = _profiled(fn, flush)
+            ms = statistics.median(times[name])
+            records.append({"section": "tiny", "shape": list(shape), "dtype": dtype, "variant": name, "ms": ms,
+                            "ms_rounds": times[name], "copy_ms": copy_ms, "fraction_of_copy": copy_ms / ms,
+                            "gap_us": gap, "duration_us": dur, "kernels": names,
+                            "exact": exact.get(name, True)})  # fmt: skip
+            line.append(f"{name}={copy_ms / ms:.3f}/{dur:.2f}us{'' if exact.get(name, True) else '!'}")
+        print(" ".join(line), flush=True)
+
+
+BAND_CASES = [((16384, 16384), d) for d in ("float64", "float32", "int8", "bfloat16")] + [
+    ((8192, 8192), "float64"), ((8192, 8191), "float64"), ((8192, 8191), "float32")]  # fmt: skip
+BAND_GROUPS = (0, 8, 16, 32, 64, 128)
+
+
+def bands(records):
+    """The >= 256 MiB cases in column order within bands of G tile rows (``group_m`` G > 1: the programs
+    resident at one time read fewer distinct pages of the input) beside plain column order (G = 0), at
+    the table's tile, and torch.compile for the 8-byte cases."""
+    for shape, dtype in BAND_CASES:
+        es = torch.empty((), dtype=getattr(torch, dtype)).element_size()
+        table = tuning.triton_config(es, shape, shape[1])
+        variants = [("auto", lambda x, o: tileflip.transpose(x, o))]
+        for g in BAND_GROUPS:
+            c = table._replace(group_m=g)
+            variants.append((f"{c.block_m}x{c.block_n}w{c.num_warps}o{c.out_tile}-g{g}", tile(c)))
+        run_case(shape, dtype, variants, records, compile_peer=es == 8)
+        torch.cuda.empty_cache()
 
 
 def fewwarps(records):
@@ -424,7 +661,8 @@ def main(out_path, sections):
     records = []
     for s in sections:
         {"large": large, "small": small, "host": host, "fewwarps": fewwarps, "forms": forms, "spin": spin,
-         "launchers": launchers, "packed": packed, "profile": profile}[s](records)
+         "launchers": launchers, "packed": packed, "profile": profile, "bands": bands, "evict": evict,
+         "tiny": tiny}[s](records)
         json.dump({"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
                    "records": records}, open(out_path, "w"), indent=1)  # fmt: skip
 

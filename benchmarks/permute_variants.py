@@ -2,8 +2,10 @@
 each case's copy and every setting timed interleaved; checks each result's bits once.
 
 ``python benchmarks/permute_variants.py OUT.json VARIANT...`` where a VARIANT is ``name:key=value,...``
-with keys ``fold`` (``tuning.FOLD_FACTOR``), ``bfast`` / ``narrow`` / ``off32`` / ``t4b`` (0 or 1:
-``tuning.B_FAST_RULE``, ``tuning.NARROW_RULE``, ``tuning.OFFSETS32_RULE``, ``tuning.TILES_4B``),
+with keys ``fold`` (``tuning.FOLD_FACTOR``), ``bfast`` (``tuning.B_FAST_RULE``), ``bfirst`` (element sizes, as
+digits, for ``tuning.B_FIRST_SIZES``), ``t2d`` (element sizes, as digits, that take the 2-D table's large
+tile as ``tuning.PERMUTE_TILES``), ``narrow`` / ``off32`` / ``t4b`` (0 or 1:
+``tuning.NARROW_RULE``, ``tuning.OFFSETS32_RULE``, ``tuning.TILES_4B``),
 ``nhalve`` / ``nwarps`` / ``noff32`` (one narrow step for every vector under 16 bytes: its halvings,
 warps, and 0 to keep its int64 offsets), ``warps`` (num_warps) and ``area`` (a factor on the large
 tile's area: 0.5 halves the larger side; with ``warps`` or ``area`` the narrow rule and TILES_4B are
@@ -24,6 +26,9 @@ from tileflip.kernels import triton_permute
 BASE_CONFIG = tuning.permute_config
 NARROW_STEPS = tuning.NARROW_STEPS
 TILES_4B = tuning.TILES_4B
+PERMUTE_TILES = tuning.PERMUTE_TILES
+# The 2-D table's large-class tiles (area and warps; the permute kernel has its own order and orientation).
+TABLE_TILES = {es: tuning._config(es, "large") for es in (1, 2, 4, 8)}
 
 
 def parse(spec: str) -> tuple[str, dict]:
@@ -32,9 +37,16 @@ def parse(spec: str) -> tuple[str, dict]:
     return name, opts
 
 
+def _sizes(digits: float) -> list[int]:
+    """Element sizes named by the digits of an option's value (``18``: 1 and 8; 0: none)."""
+    return [int(d) for d in str(int(digits)) if d != "0"]
+
+
 def apply(opts: dict) -> None:
     tuning.FOLD_FACTOR = int(opts.get("fold", 4))
     tuning.B_FAST_RULE = bool(opts.get("bfast", 1))
+    tuning.B_FIRST_SIZES = frozenset(_sizes(opts.get("bfirst", 0)))
+    tuning.PERMUTE_TILES = PERMUTE_TILES | {es: TABLE_TILES[es] for es in _sizes(opts.get("t2d", 0))}
     tuning.NARROW_RULE = bool(opts.get("narrow", 1))
     tuning.OFFSETS32_RULE = bool(opts.get("off32", 1))
     tuning.TILES_4B = TILES_4B if opts.get("t4b", 1) else {}

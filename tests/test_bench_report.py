@@ -70,9 +70,32 @@ def test_tune_chooses_only_among_configs_measured_on_every_shape_of_a_class():
 
     a, b, c = (32, 32, 4, 0, 1, 0, 0), (64, 64, 8, 0, 1, 0, 0), (64, 64, 8, 8, 1, 0, 0)
     shapes = tune.REPRESENTATIVE["tiny"]
-    rows = [row(a, shapes[0], 0.95), row(a, shapes[1], 0.97),
-            row(b, shapes[0], 0.90), row(b, shapes[1], 0.99),
-            row(c, shapes[0], 1.20), row(c, shapes[0], 1.20)]  # fmt: skip
+    assert len(shapes) >= 2
+    rest = shapes[2:]
+    rows = [row(a, shapes[0], 0.95), row(a, shapes[1], 0.97), *(row(a, s, 1.0) for s in rest),
+            row(b, shapes[0], 0.90), row(b, shapes[1], 0.99), *(row(b, s, 1.0) for s in rest),
+            row(c, shapes[0], 1.20), row(c, shapes[0], 1.20), *(row(c, s, 1.20) for s in rest)]  # fmt: skip
     chosen = tune.choose(rows)["4:tiny"]
     assert chosen["config"] == list(a)
-    assert abs(chosen["fraction_of_copy"] - (0.95 * 0.97) ** 0.5) < 1e-4
+    assert abs(chosen["fraction_of_copy"] - (0.95 * 0.97) ** (1 / len(shapes))) < 1e-4
+
+
+def test_shape_classes_and_their_tiles():
+    """The classes auto and the table are keyed by: launch-bound slivers, thin and tiny shapes (31 x 65 is
+    tiny, in the tiny entry's tile), thin-large, unaligned rows (row stride not a multiple of 16),
+    skinny and large; each class gets its own tile."""
+    from tileflip import tuning
+
+    assert tuning.shape_class(2, 100000, 4) == "sliver"
+    assert tuning.shape_class(12, 4000, 4) == "thin"
+    assert tuning.shape_class(31, 65, 4) == tuning.shape_class(1024, 512, 4) == "tiny"
+    assert tuning.shape_class(32, 100000, 4) == "thin-large"
+    assert tuning.shape_class(8192, 8191, 8, 8191) == "unaligned"
+    assert tuning.shape_class(8192, 8191, 8) == "large"  # no row stride given: aligned
+    assert tuning.shape_class(65536, 256, 4, 256) == "skinny"
+    assert tuning.shape_class(8192, 8192, 4, 8192) == "large"
+    tiny = tuning._config(4, "tiny")
+    assert tuning.triton_config(4, (31, 65), 65) == tuning.triton_config(4, (1024, 512), 512) == tiny
+    assert tuning.triton_config(4, (12, 4000), 4000) == tuning.thin_config(12, 4000)
+    assert tuning.triton_config(8, (8192, 8191), 8191) == tuning._config(8, "unaligned")
+    assert tuning.auto_for(8192, 8191, 8, 8191) == tuning._auto(8, "unaligned")

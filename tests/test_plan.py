@@ -136,7 +136,7 @@ def test_planner_imports_no_triton_or_torch():
     assert out.strip() == "False"
 
 
-@pytest.mark.parametrize("group_m", [0, 1, 2, 3, 8])
+@pytest.mark.parametrize("group_m", [-1, 0, 1, 2, 3, 8])
 @pytest.mark.parametrize("M,N", [(31, 65), (200, 70), (1000, 33)])
 def test_grouped_order_visits_every_tile_once(M, N, group_m):
     grid = plan.transpose_grid(M, N, 16, 32, group_m)
@@ -145,14 +145,24 @@ def test_grouped_order_visits_every_tile_once(M, N, group_m):
     if group_m > 1 and grid.grid_m >= group_m:
         # consecutive programs go down a band of group_m tile rows before moving right
         assert [t[0] for t in tiles[:group_m]] == list(range(group_m))
-    if group_m == 0:
+    if group_m in (0, -1):
         # column order: a whole column of tiles, then the next
         assert tiles[: grid.grid_m + 1] == [(m, 0) for m in range(grid.grid_m)] + [(0, 1)]
+    if group_m == -1:
+        # read from a 2-D grid: program (x, y) is tile (x, y), x fastest, as the linear order above
+        assert grid.launch == (grid.grid_m, grid.grid_n, 1)
+        assert [grid.tile_of(x + y * grid.grid_m) for y in range(grid.grid_n) for x in range(grid.grid_m)] == tiles
 
 
-def test_group_m_must_be_a_non_negative_int():
-    with pytest.raises(ValueError, match="group_m must be a non-negative int"):
-        plan.transpose_grid(64, 64, 16, 16, -1)
+def test_two_d_grid_falls_back_to_one_d_past_grid_y():
+    grid = plan.transpose_grid(64, 16 * 65536, 32, 16, -1)
+    assert grid.grid_n == 65536 and grid.launch == (grid.programs, 1, 1)
+    assert plan.transpose_grid(64, 16 * 65535, 32, 16, -1).launch == (2, 65535, 1)
+
+
+def test_group_m_must_be_at_least_minus_one():
+    with pytest.raises(ValueError, match="group_m must be an int >= -1"):
+        plan.transpose_grid(64, 64, 16, 16, -2)
 
 
 # ---------------------------------------------------------------------------------------------------

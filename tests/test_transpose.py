@@ -278,16 +278,60 @@ def test_past_int32_elements(backend):
 
 
 @pytest.mark.parametrize("device,backend", device_backends(gpu=("triton",)))
-@pytest.mark.parametrize("group_m", [0, 1, 3, 8])
+@pytest.mark.parametrize("group_m", [-1, 0, 1, 3, 8])
 def test_program_orders(group_m, device, backend):
-    """Every program order of the kernel (columns of tiles, rows of tiles, or bands of group_m tile rows)
-    is exact."""
+    """Every program order of the kernel (columns of tiles on a 2-D or a 1-D grid, rows of tiles, or bands
+    of group_m tile rows) is exact."""
     from tileflip.kernels import triton_transpose
     from tileflip.tuning import TileConfig
 
     x = random_bits((200, 130), torch.int16, device, seed=group_m)[:, 1:]
     out = poisoned((129, 200), torch.int16, device)
     triton_transpose.launch(x, out, TileConfig(32, 64, 4, group_m))
+    assert_bits_equal(out, x.t())
+
+
+def test_two_d_grid_launch_falls_back_past_grid_y():
+    """group_m == -1 launches (grid_m, grid_n) while grid_n fits gridDim.y, else the same column order
+    decoded from a 1-D grid (group_m 0), as the planner says."""
+    from tileflip import plan
+    from tileflip.kernels import triton_transpose
+    from tileflip.tuning import TileConfig
+
+    config = TileConfig(32, 32, 4, -1, 1, 0, 1, 1)
+    for M, N in [(1024, 512), (64, 32 * 65535), (64, 32 * 65536)]:
+        key, grid, scalars = triton_transpose._class_of(M, N, N, 1, M, 4, 0, config, 0, 0)
+        assert (*grid, 1) == plan.transpose_grid(M, N, 32, 32, -1).launch
+        assert scalars[9] == key[0].group_m == (-1 if grid[1] > 1 else 0)
+
+
+@pytest.mark.parametrize("M", [2, 3, 5, 7, 31, 1000, 65535, 2**20 + 7, 2**31 - 1])
+def test_magic_divisor_divides_exactly(M):
+    """The gather's multiply-high division (``magic_divisor``) equals n // M over the whole int32 range:
+    around every multiple of M near 0, 2**k and 2**31, and on random n."""
+    from tileflip.kernels.triton_transpose import magic_divisor
+
+    magic, shift = magic_divisor(M)
+    m = magic & 0xFFFFFFFF
+    rng = torch.Generator().manual_seed(M % 1000)
+    ns = {0, 1, 2**31 - 1} | set(torch.randint(0, 2**31 - 1, (2000,), generator=rng).tolist())
+    for base in [M * k for k in range(1, 40)] + [2**k for k in range(2, 31)] + [(2**31 - 1) // M * M]:
+        ns |= {n for n in (base - 1, base, base + 1) if 0 <= n < 2**31}
+    assert all(((n * m) >> 32) >> shift == n // M for n in ns)
+    with pytest.raises(ValueError, match="d must be in"):
+        magic_divisor(1)
+
+
+@pytest.mark.parametrize("device,backend", device_backends(cpu=("triton-gather",), gpu=("triton-gather",)))
+@pytest.mark.parametrize("view", ["contiguous", "sliced", "transposed"])
+@pytest.mark.parametrize("M", [1, 2, 3, 7, 33])
+def test_gather_kernel_divisions(M, view, device, backend):
+    """The gather kernel, whose division by M is a multiply-high (M > 1) and whose stores are dense,
+    is exact for short and odd M on strided inputs."""
+    base = random_bits((M * 3 + 5, 1100), torch.int32, device, seed=M)
+    x = {"contiguous": base[:M, :1037], "sliced": base[1::3, 3:][:M], "transposed": base.t()[:M, :]}[view]
+    out = poisoned(x.shape[::-1], torch.int32, device)
+    tileflip.transpose(x, out, backend=backend)
     assert_bits_equal(out, x.t())
 
 

@@ -224,7 +224,7 @@ def _prepare(key: tuple):
     if es is None or M == 0 or N == 0:
         return None
     if backend == "auto":
-        backend = tuning.auto_for(M, N, es)
+        backend = tuning.auto_for(M, N, es, sxm)
     spans = ((M - 1) * sxm + (N - 1) * sxn + 1) * es, M * N * es
     if backend == "triton":
         config = tuning.triton_config(es, (M, N), sxm)
@@ -234,8 +234,9 @@ def _prepare(key: tuple):
                                                                   config)), *spans  # fmt: skip
         go = direct
     elif backend == "triton-gather":
-        def go(x, out, x0, o0):
-            _triton().launch_gather_known(x, out, M, N, sxm, sxn, M)
+        go = _triton().direct_launch_gather(M, N, sxm, sxn, M, es, device, xa, oa)
+        if go is None:  # not compiled yet: this call compiles it, and the next one prepares again
+            return (lambda x, out, x0, o0: _triton().launch_gather_known(x, out, M, N, sxm, sxn, M)), *spans
     elif backend in CUDA_BACKENDS:
         variant = CUDA_BACKENDS[backend]
         go = _cuda().direct_launch(M, N, sxm, sxn, es, device, variant)

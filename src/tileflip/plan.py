@@ -19,8 +19,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-# CUDA's launch limits (compute capability >= 3.0). The launchers use a 1-D grid along x only, so
-# gridDim.y and gridDim.z stay 1 whatever the shape.
+# CUDA's launch limits (compute capability >= 3.0). The launchers use a 1-D grid along x, so gridDim.y
+# and gridDim.z stay 1 whatever the shape; only the 2-D transpose's ``group_m == -1`` order launches a
+# 2-D grid, and only where its gridDim.y fits.
 MAX_GRID_X = 2**31 - 1
 MAX_GRID_YZ = 65535
 
@@ -108,7 +109,10 @@ class TransposeGrid:
     first, column of tiles by column of tiles, so the programs resident at one time read a G-tile-high
     band of the input and write a G-tile-wide band of the output (``tile_of`` is the kernels' decoding).
     ``group_m == 0`` is column order: tile ``(pid % grid_m, pid // grid_m)``, consecutive programs walk
-    down a column of input tiles and write consecutive rows of the output.
+    down a column of input tiles and write consecutive rows of the output. ``group_m == -1`` is the same
+    order on a 2-D grid (grid_m x grid_n, x fastest: the kernel reads its tile from the program ids, no
+    decoding), as torch.compile launches its transposes; where grid_n passes gridDim.y's limit the
+    launcher falls back to ``group_m == 0``.
     """
 
     M: int
@@ -125,14 +129,17 @@ class TransposeGrid:
 
     @property
     def launch(self) -> tuple:
-        """The CUDA grid (x, y, z) of a launch: ``(programs, 1, 1)``."""
+        """The CUDA grid (x, y, z) of a launch: ``(programs, 1, 1)``, or ``(grid_m, grid_n, 1)`` for
+        ``group_m == -1`` where grid_n fits gridDim.y."""
+        if self.group_m == -1 and self.grid_n <= MAX_GRID_YZ:
+            return (self.grid_m, self.grid_n, 1)
         return (self.programs, 1, 1)
 
     def tile_of(self, pid: int) -> tuple[int, int]:
         """The (pid_m, pid_n) tile a linear program id handles (the kernels' own decoding)."""
         if self.group_m == 1:
             return divmod(pid, self.grid_n)
-        if self.group_m == 0:
+        if self.group_m in (0, -1):  # -1: the same order, read from a 2-D grid's (x, y)
             pid_n, pid_m = divmod(pid, self.grid_m)
             return pid_m, pid_n
         band = self.group_m * self.grid_n
@@ -147,8 +154,8 @@ def transpose_grid(M, N, block_m: int, block_n: int, group_m: int = 1) -> Transp
     for name, block in (("block_m", block_m), ("block_n", block_n)):
         if type(block) is not int or block <= 0:
             raise ValueError(f"{name} must be a positive int, got {block!r}")
-    if type(group_m) is not int or group_m < 0:
-        raise ValueError(f"group_m must be a non-negative int (0: column order), got {group_m!r}")
+    if type(group_m) is not int or group_m < -1:
+        raise ValueError(f"group_m must be an int >= -1 (0: column order, -1: the same on a 2-D grid), got {group_m!r}")
     grid = TransposeGrid(M, N, block_m, block_n, cdiv(M, block_m), cdiv(N, block_n), group_m)
     if isinstance(grid.programs, int) and grid.programs > MAX_GRID_X:
         raise ValueError(

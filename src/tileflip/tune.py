@@ -15,19 +15,21 @@ import sys
 from tileflip import tuning
 from tileflip.bench import Case, _make_input, _meta, _time
 
-# Representative shapes per class of tuning.triton_config. Thin shapes (a side under 64) take
-# tuning.thin_config, derived from the short side, and are not swept.
+# Representative shapes per class of tuning.triton_config. Thin shapes (a side under 64, under 16 when
+# launch-bound) take tuning.thin_config, derived from the short side, and are not swept.
 REPRESENTATIVE = {
     "large": [(16384, 16384), (8192, 8192)],
     "skinny": [(256, 65536), (65536, 256)],  # a column of tiles spans the short side
     "unaligned": [(8192, 8191)],  # rows not 16-aligned: scalar loads
-    "tiny": [(1024, 512), (4096, 128)],  # launch-bound: fewer, smaller programs may win
+    "tiny": [(1024, 512), (4096, 128), (31, 65)],  # launch-bound: fewer, smaller programs may win
 }
 
 
 def candidates(element_size: int) -> list[tuning.TileConfig]:
     """Tiles and warps, each in column order (``group_m=0``) and in row order (``group_m=1``) with
-    ``tl.trans``, and in column order with the tile in the output's orientation (``out_tile=1``)."""
+    ``tl.trans``, and in column order with the tile in the output's orientation (``out_tile=1``); tiles of
+    up to 4096 elements also in torch.compile's form: column order on a 2-D grid (``group_m=-1``), the
+    output's orientation and ``evict_last`` loads."""
     tiles = [(32, 32), (64, 64), (32, 128), (128, 32), (64, 128), (128, 64), (128, 128), (64, 256), (256, 64),
              (128, 256), (256, 128), (32, 256), (256, 32)]  # fmt: skip
     out = []
@@ -38,6 +40,8 @@ def candidates(element_size: int) -> list[tuning.TileConfig]:
         for w in warps:
             out += [tuning.TileConfig(bm, bn, w, 0), tuning.TileConfig(bm, bn, w, 1),
                     tuning.TileConfig(bm, bn, w, 0, out_tile=1)]  # fmt: skip
+            if bm * bn <= 4096:
+                out.append(tuning.TileConfig(bm, bn, w, -1, 1, 0, 1, 1))
     return out
 
 
@@ -56,7 +60,8 @@ def _measure(x, out, src, dst, config, about: dict, log) -> dict:
     return row
 
 
-def sweep(element_sizes, log) -> list[dict]:
+def sweep(element_sizes, log, classes=None) -> list[dict]:
+    """Every candidate on every representative shape of ``classes`` (default: all) per element size."""
     import torch
 
     dtype_of = {1: "uint8", 2: "uint16", 4: "uint32", 8: "uint64"}
@@ -64,6 +69,8 @@ def sweep(element_sizes, log) -> list[dict]:
     rows = []
     for es in element_sizes:
         for cls, shapes in REPRESENTATIVE.items():
+            if classes and cls not in classes:
+                continue
             for shape in shapes:
                 x = _make_input(Case(shape, dtype_of[es]))
                 out = torch.empty(shape[::-1], dtype=x.dtype, device="cuda")
@@ -122,7 +129,7 @@ def auto_from_bench(records: list[dict]) -> dict:
     for (shape, dtype, backend), (ms, _, _) in med.items():
         if backend in candidates:
             es = element_size(dtype)
-            key = f"{es}:{tuning.shape_class(shape[0], shape[1], es)}"
+            key = f"{es}:{tuning.shape_class(shape[0], shape[1], es, shape[1])}"  # bench inputs are contiguous
             classes.setdefault(key, {}).setdefault((shape, dtype), {})[backend] = ms
     table = {}
     for key, cases in classes.items():
@@ -135,8 +142,9 @@ def auto_from_bench(records: list[dict]) -> dict:
     return table
 
 
-def write_table(path, *, triton=None, auto=None, source: str = "") -> dict:
-    """Merge measured entries into the committed table file (``source`` says which run they come from)."""
+def write_table(path, *, triton=None, auto=None, source: str = "", source_key: str = "") -> dict:
+    """Merge measured entries into the committed table file (``source`` says which run they come from,
+    recorded under ``source_key``, by default ``triton`` or ``auto``)."""
     from pathlib import Path
 
     path = Path(path)
@@ -146,7 +154,7 @@ def write_table(path, *, triton=None, auto=None, source: str = "") -> dict:
     if auto:
         data["auto"].update(auto)
     if source:
-        data.setdefault("sources", {})["triton" if triton else "auto"] = source
+        data.setdefault("sources", {})[source_key or ("triton" if triton else "auto")] = source
     path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
     return data
 
@@ -155,6 +163,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m tileflip.tune")
     p.add_argument("--out", help="write the sweep's measurements and chosen table here")
     p.add_argument("--sizes", default="1,2,4,8")
+    p.add_argument("--classes", default="", help="comma-separated classes to sweep (default: all)")
     p.add_argument("--auto-from", metavar="BENCH.json", help="derive the auto table from a bench run instead")
     p.add_argument("--table", default=str(tuning.TABLE_FILE), help="the committed table to update")
     p.add_argument("--write", action="store_true", help="also merge the chosen tiles into --table")
@@ -164,14 +173,16 @@ def main(argv=None) -> int:
         write_table(args.table, auto=auto, source=f"tileflip.tune --auto-from {args.auto_from}")
         print(json.dumps(auto, indent=1))
         return 0
-    rows = sweep([int(s) for s in args.sizes.split(",")], log=lambda m: print(m, file=sys.stderr, flush=True))
+    rows = sweep([int(s) for s in args.sizes.split(",")], log=lambda m: print(m, file=sys.stderr, flush=True),
+                 classes=[c for c in args.classes.split(",") if c])
     result = {"meta": _meta(), "table": choose(rows), "measurements": rows}
     with open(args.out, "w") as f:
         json.dump(result, f, indent=1)
     if args.write:
         meta = result["meta"]
-        write_table(args.table, triton=result["table"],
-                    source=f"python -m tileflip.tune on an {meta['gpu']}, {meta['time']} ({args.out})")
+        what = f" --classes {args.classes}" if args.classes else ""
+        write_table(args.table, triton=result["table"], source_key="triton" + (f" {args.classes}" if what else ""),
+                    source=f"python -m tileflip.tune{what} on an {meta['gpu']}, {meta['time']} ({args.out})")
     print(json.dumps(result["table"], indent=1))
     return 0
 

@@ -31,7 +31,8 @@ class TileConfig(NamedTuple):
     ``maxnreg`` (a cap on registers per thread passed to the compiler, 0 for none; a kernel that
     honours it says so) and ``out_tile`` (1: the 2-D kernel holds the tile in the output's orientation,
     loads through transposed addresses and lets the compiler's layout conversion transpose, instead of
-    ``tl.trans``). A tuple, so that hashing it on the launch path is done in C."""
+    ``tl.trans``) and ``evict_last`` (1: the 2-D kernel's loads carry Triton's ``evict_last`` cache
+    policy, as torch.compile's transposes do). A tuple, so that hashing it on the launch path is done in C."""
 
     block_m: int
     block_n: int
@@ -40,6 +41,7 @@ class TileConfig(NamedTuple):
     interior: int = 1
     maxnreg: int = 0
     out_tile: int = 0
+    evict_last: int = 0
 
 
 DEFAULT_TILES = {
@@ -53,6 +55,9 @@ DEFAULT_TILES = {
 TINY_BYTES = 4 << 20
 # A side shorter than this makes a shape "thin": a square tile would be mostly masked off.
 THIN_SIDE = 64
+# Under TINY_BYTES a side shorter than this makes a shape thin: the tiny class's 32 x 32 tile is at
+# least half used from 16 up (e.g. 31 x 65, 3 tiles).
+TINY_THIN_SIDE = 16
 # A large shape with a side shorter than this is "skinny" (e.g. 65536 x 256): a column of tiles spans
 # the whole short side, so it has its own measured tile.
 SKINNY_SIDE = 1024
@@ -62,14 +67,19 @@ THIN_TILE_ELEMENTS = 4096
 THIN_WARPS = 4
 
 
-def shape_class(M: int, N: int, element_size: int) -> str:
+def shape_class(M: int, N: int, element_size: int, row_stride: int = 0) -> str:
     """The class ``auto`` is tabled by. Under TINY_BYTES (launch-bound): ``sliver`` (a side under 8),
-    ``thin`` (a side under THIN_SIDE) or ``tiny``; else ``thin-large`` (a side under THIN_SIDE),
-    ``skinny`` (a side under SKINNY_SIDE) or ``large``."""
+    ``thin`` (a side under TINY_THIN_SIDE) or ``tiny``; else ``thin-large`` (a side under THIN_SIDE),
+    ``unaligned`` (an input ``row_stride`` that is not a multiple of 16 elements, as ``triton_config``
+    has it: e.g. 8192 x 8191), ``skinny`` (a side under SKINNY_SIDE) or ``large``."""
     short = M if M < N else N
     if M * N * element_size < TINY_BYTES:
-        return "sliver" if short < 8 else ("thin" if short < THIN_SIDE else "tiny")
-    return "thin-large" if short < THIN_SIDE else ("skinny" if short < SKINNY_SIDE else "large")
+        return "sliver" if short < 8 else ("thin" if short < TINY_THIN_SIDE else "tiny")
+    if short < THIN_SIDE:
+        return "thin-large"
+    if row_stride % 16:
+        return "unaligned"
+    return "skinny" if short < SKINNY_SIDE else "large"
 
 
 def _pow2_at_least(n: int) -> int:
@@ -104,17 +114,20 @@ def _config(element_size: int, cls: str) -> TileConfig:
 
 def triton_config(element_size: int, shape: tuple | None = None, row_stride: int = 0) -> TileConfig:
     """The Triton tile configuration for an element size, and for a shape's class when one is given:
-    a thin shape gets ``thin_config``; a large one whose input ``row_stride`` is not a multiple of 16
-    elements (rows not 16-aligned, so no vector loads: e.g. 8192 x 8191) the table's ``unaligned``
-    entry, a skinny one (a side under SKINNY_SIDE) its ``skinny`` entry, when the table has them.
+    a thin shape (a side under TINY_THIN_SIDE when under TINY_BYTES, else under THIN_SIDE) gets
+    ``thin_config``, another under TINY_BYTES the table's ``tiny`` entry; a large one whose input
+    ``row_stride`` is not a multiple of 16 elements (rows not 16-aligned, so no vector loads: e.g.
+    8192 x 8191) the table's ``unaligned`` entry, a skinny one (a side under SKINNY_SIDE) its ``skinny``
+    entry, when the table has them.
     (The fast path of ``tileflip.ops`` calls it once per call signature; the checked path per call.)"""
     if shape is None:
         return _config(element_size, "large")
     M, N = shape
-    if M < THIN_SIDE or N < THIN_SIDE:
-        return thin_config(M, N)
+    short = M if M < N else N
     if M * N * element_size < TINY_BYTES:
-        return _config(element_size, "tiny")
+        return thin_config(M, N) if short < TINY_THIN_SIDE else _config(element_size, "tiny")
+    if short < THIN_SIDE:
+        return thin_config(M, N)
     if row_stride % 16:
         return _config(element_size, "unaligned")
     return _config(element_size, "skinny" if M < SKINNY_SIDE or N < SKINNY_SIDE else "large")
@@ -125,12 +138,12 @@ def auto_backend(x) -> str:
     if x.dim() != 2:  # the table is measured on 2-D cases; N-D data moves through the Triton kernels
         return "triton"
     M, N = x.shape
-    return _auto(x.element_size(), shape_class(M, N, x.element_size()))
+    return _auto(x.element_size(), shape_class(M, N, x.element_size(), x.stride(0)))
 
 
-def auto_for(M: int, N: int, element_size: int) -> str:
+def auto_for(M: int, N: int, element_size: int, row_stride: int = 0) -> str:
     """``auto_backend`` from sizes already read (the launch path's form)."""
-    return _auto(element_size, shape_class(M, N, element_size))
+    return _auto(element_size, shape_class(M, N, element_size, row_stride))
 
 
 @lru_cache(maxsize=64)
@@ -155,6 +168,15 @@ FOLD_FACTOR = 4  # fold dimensions into an axis until it spans this many tile wi
 GENERAL_BLOCK = 1024
 VECTOR_BYTES = 16
 B_FAST_RULE = True  # tile_launch: consecutive programs along the axis of fewer tiles
+# Element sizes whose transposed tiles (kind tiles) always step along B, down a column of input tiles
+# as the 2-D kernel's column order does (before the rule above). Measured on the permute suites, H200,
+# 2026-12-01 session 7 (experiments/h200-2026-12-01-permute-variants-order.json): for 1-byte elements,
+# with the 128 x 256 tile below, the random suite's median went from 0.888 to 0.901 of copy (int8
+# (80,704,2048) and (128,112,6144) (2,1,0): 0.87 -> 0.94 and 0.90 -> 0.96; no case lost more than 0.01);
+# for every element size it lost (median 0.885 -> 0.878; fp16 NCHW->NHWC 0.98 -> 0.91; run 1,
+# experiments/h200-2026-12-01-permute-variants-order-all.json, whose variant "b2" was this rule for every
+# size, written bfast=2 then).
+B_FIRST_SIZES: frozenset = frozenset({1})
 NARROW_RULE = True  # permute_config: smaller tiles on fewer warps when a side's vectors are under 16 bytes
 OFFSETS32_RULE = True  # tile_launch: int32 offsets wherever offset_bounds allows (False: always int64)
 # (vector bytes below which, tile halvings, warps, int32 offsets allowed), first match; tiles and warps
@@ -303,11 +325,12 @@ def _axis_block(size: int, first: int, cap: int) -> int:
 
 
 def tile_launch(sizes, in_strides, kept: bool, vec: tuple, config, offsets32: bool = True,
-                whole_dim_warps: int = 0) -> PermuteLaunch:  # fmt: skip
+                whole_dim_warps: int = 0, b_first: bool = False) -> PermuteLaunch:  # fmt: skip
     """The tile kernel's launch (plan kinds rows, copy and tiles) for merged sizes and input strides,
     with the (load, store) vector widths of ``vector_widths``; ``offsets32`` False keeps int64 offsets
     even where ``offset_bounds`` would allow int32 (a narrow step measured faster so);
-    ``whole_dim_warps``, when not 0, the warps of a tile that spans a whole first dimension."""
+    ``whole_dim_warps``, when not 0, the warps of a tile that spans a whole first dimension;
+    ``b_first``: a transposed tile's programs step along B whatever the tile counts."""
     area = config.block_m * config.block_n
     cap_a, cap_b = config.block_n, config.block_m
     a_dims, b_dims, batch_dims = fold_axes(sizes, in_strides, kept, cap_a, cap_b)
@@ -328,7 +351,7 @@ def tile_launch(sizes, in_strides, kept: bool, vec: tuple, config, offsets32: bo
     grid = (cdiv(size_b, block_b), cdiv(size_a, block_a))
     # Consecutive programs step along the axis of fewer tiles, so the programs running at once cover
     # whole runs of the output (and input) rather than one column of tiles across many rows.
-    b_fast = B_FAST_RULE and grid[0] < grid[1]
+    b_fast = (b_first and not kept) or (B_FAST_RULE and grid[0] < grid[1])
     offsets64 = (
         wide
         or not (offsets32 and OFFSETS32_RULE)
@@ -392,10 +415,10 @@ def narrow_step(vector_bytes: int):
 
 
 # The N-D tile kernel's base tiles (area and warps; the kernel has its own program order). They are the
-# 2-D large-class tiles of the 2026-11-30 table, on which every permute rule below was measured; the
-# 2-D table has moved on since (column order, other tiles) without a permute measurement of its own.
+# 2-D large-class tiles of the 2026-11-30 table, on which every permute rule below was measured, but for
+# 1-byte elements, which take the later table's 128 x 256 (wider along A, the input's fastest axis).
 PERMUTE_TILES = {
-    1: TileConfig(256, 128, 16),
+    1: TileConfig(128, 256, 16),  # the 2-D table's int8 tile since session 7, with B_FIRST_SIZES (above)
     2: TileConfig(128, 128, 16),
     4: TileConfig(64, 128, 16),
     8: TileConfig(32, 128, 8, 1, 0),
@@ -446,7 +469,8 @@ def permute_launch(p, element_size: int) -> PermuteLaunch:
         step = narrow_step(vector_bytes)  # its offset rule holds for TILES_4B launches too (as measured)
         config = permute_config(element_size, vector_bytes, kept)
         whole = WHOLE_DIM_WARPS.get(element_size, 0) if step is None and not kept else 0
-        return tile_launch(sizes, p.in_strides, kept, vec, config, step is None or step[3], whole)
+        return tile_launch(sizes, p.in_strides, kept, vec, config, step is None or step[3], whole,
+                           element_size in B_FIRST_SIZES)
     if p.kind == "general":
         return PermuteLaunch((GENERAL_BLOCK,), 4, (cdiv(_product(sizes), GENERAL_BLOCK),))
     raise ValueError(f"plan kind {p.kind!r} has no permute-kernel launch")
