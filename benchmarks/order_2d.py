@@ -419,6 +419,39 @@ def profile(records):
                   f"gap {gap:5.2f}us duration {dur:5.2f}us {names}", flush=True)
 
 
+def _compare(records, section, shape, dtype, x, ref, variants, flush):
+    """Each variant ``fn(x, out)`` checked bit for bit once, then timed beside the copy and torch.compile
+    (3 interleaved rounds of events) and profiled (``_profiled``); one record per variant, one line."""
+    out = torch.empty_like(ref)
+    src = torch.empty_like(ref)
+    fns = {"copy": lambda: out.copy_(src)}
+    exact = {}
+    for name, fn in variants.items():
+        out.fill_(0)
+        fn(x, out)
+        exact[name] = torch.equal(bits(out), bits(ref))
+        fns[name] = lambda fn=fn: fn(x, out)
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda t: t.t().contiguous(), dynamic=False)
+    exact["torch-compile"] = torch.equal(bits(compiled(x)), bits(ref))
+    fns["torch-compile"] = lambda: compiled(x)
+    times = {name: [] for name in fns}
+    for _ in range(3):
+        for name, fn in fns.items():
+            times[name].append(timing.summarize(timing.device_times(fn, reps=20))[0])
+    copy_ms = statistics.median(times["copy"])
+    line = [f"{dtype:9s} {'x'.join(map(str, shape)):10s}"]
+    for name, fn in fns.items():
+        gap, dur, names = _profiled(fn, flush)
+        ms = statistics.median(times[name])
+        records.append({"section": section, "shape": list(shape), "dtype": dtype, "variant": name, "ms": ms,
+                        "ms_rounds": times[name], "copy_ms": copy_ms, "fraction_of_copy": copy_ms / ms,
+                        "gap_us": gap, "duration_us": dur, "kernels": names,
+                        "exact": exact.get(name, True)})  # fmt: skip
+        line.append(f"{name}={copy_ms / ms:.3f}/{dur:.2f}us{'' if exact.get(name, True) else '!'}")
+    print(" ".join(line), flush=True)
+
+
 @triton.jit
 def gather_evict_kernel(x, out, M, N, sxm, sxn, total, BLOCK: tl.constexpr, EVICT: tl.constexpr):
     o = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
@@ -451,8 +484,6 @@ def evict(records):
         es = torch.empty((), dtype=getattr(torch, dtype)).element_size()
         x = bench._make_input(bench.Case(shape, dtype))
         ref = x.t().contiguous()
-        out = torch.empty_like(ref)
-        src = torch.empty_like(ref)
         variants = {"auto": lambda x, o: tileflip.transpose(x, o)}
         if min(shape) >= 8:
             table = tuning.triton_config(es, shape, shape[1])
@@ -470,31 +501,7 @@ def evict(records):
             variants["gather-runtime"] = gather_evict(False)
             variants["gather-runtime-evict"] = gather_evict(True)
             variants["gather-const"] = gather_const
-        fns = {"copy": lambda: out.copy_(src)}
-        exact = {}
-        for name, fn in variants.items():
-            out.fill_(0)
-            fn(x, out)
-            exact[name] = torch.equal(bits(out), bits(ref))
-            fns[name] = lambda fn=fn: fn(x, out)
-        torch._dynamo.reset()
-        compiled = torch.compile(lambda t: t.t().contiguous(), dynamic=False)
-        exact["torch-compile"] = torch.equal(bits(compiled(x)), bits(ref))
-        fns["torch-compile"] = lambda: compiled(x)
-        times = {name: [] for name in fns}
-        for _ in range(3):
-            for name, fn in fns.items():
-                times[name].append(timing.summarize(timing.device_times(fn, reps=20))[0])
-        copy_ms = statistics.median(times["copy"])
-        for name, fn in fns.items():
-            gap, dur, names = _profiled(fn, flush)
-            ms = statistics.median(times[name])
-            records.append({"section": "evict", "shape": list(shape), "dtype": dtype, "variant": name, "ms": ms,
-                            "ms_rounds": times[name], "copy_ms": copy_ms, "fraction_of_copy": copy_ms / ms,
-                            "gap_us": gap, "duration_us": dur, "kernels": names,
-                            "exact": exact.get(name, True)})  # fmt: skip
-            print(f"{dtype:9s} {'x'.join(map(str, shape)):10s} {name:26s} {copy_ms / ms:.3f} events {ms * 1000:5.2f}us "
-                  f"gap {gap:5.2f}us duration {dur:5.2f}us{'' if exact.get(name, True) else ' NOT EXACT'}", flush=True)
+        _compare(records, "evict", shape, dtype, x, ref, variants, flush)
 
 
 def magic_divisor(d: int) -> tuple[int, int]:
@@ -547,8 +554,6 @@ def tiny(records):
     for shape, dtype in TINY_CASES:
         x = bench._make_input(bench.Case(shape, dtype))
         ref = x.t().contiguous()
-        out = torch.empty_like(ref)
-        src = torch.empty_like(ref)
         variants = {"auto": lambda x, o: tileflip.transpose(x, o)}
         if min(shape) >= 8:
             for name, c in TINY_TILES.items():
@@ -558,32 +563,7 @@ def tiny(records):
             variants["gather-runtime-evict"] = gather_evict(True)
             variants["gather-magic-evict"] = gather_magic
             variants["g-1o1i0e1"] = tile(TINY_TILES["g-1o1i0e1"])
-        fns = {"copy": lambda: out.copy_(src)}
-        exact = {}
-        for name, fn in variants.items():
-            out.fill_(0)
-            fn(x, out)
-            exact[name] = torch.equal(bits(out), bits(ref))
-            fns[name] = lambda fn=fn: fn(x, out)
-        torch._dynamo.reset()
-        compiled = torch.compile(lambda t: t.t().contiguous(), dynamic=False)
-        exact["torch-compile"] = torch.equal(bits(compiled(x)), bits(ref))
-        fns["torch-compile"] = lambda: compiled(x)
-        times = {name: [] for name in fns}
-        for _ in range(3):
-            for name, fn in fns.items():
-                times[name].append(timing.summarize(timing.device_times(fn, reps=20))[0])
-        copy_ms = statistics.median(times["copy"])
-        line = [f"{dtype:9s} {'x'.join(map(str, shape)):10s}"]
-        for name, fn in fns.items():
-            gap, dur, names = _profiled(fn, flush)
-            ms = statistics.median(times[name])
-            records.append({"section": "tiny", "shape": list(shape), "dtype": dtype, "variant": name, "ms": ms,
-                            "ms_rounds": times[name], "copy_ms": copy_ms, "fraction_of_copy": copy_ms / ms,
-                            "gap_us": gap, "duration_us": dur, "kernels": names,
-                            "exact": exact.get(name, True)})  # fmt: skip
-            line.append(f"{name}={copy_ms / ms:.3f}/{dur:.2f}us{'' if exact.get(name, True) else '!'}")
-        print(" ".join(line), flush=True)
+        _compare(records, "tiny", shape, dtype, x, ref, variants, flush)
 
 
 BAND_CASES = [((16384, 16384), d) for d in ("float64", "float32", "int8", "bfloat16")] + [

@@ -2,10 +2,10 @@
 each case's copy and every setting timed interleaved; checks each result's bits once.
 
 ``python benchmarks/permute_variants.py OUT.json VARIANT...`` where a VARIANT is ``name:key=value,...``
-with keys ``fold`` (``tuning.FOLD_FACTOR``), ``bfast`` (``tuning.B_FAST_RULE``), ``bfirst`` (element sizes, as
-digits, for ``tuning.B_FIRST_SIZES``), ``t2d`` (element sizes, as digits, that take the 2-D table's large
-tile as ``tuning.PERMUTE_TILES``), ``narrow`` / ``off32`` / ``t4b`` (0 or 1:
-``tuning.NARROW_RULE``, ``tuning.OFFSETS32_RULE``, ``tuning.TILES_4B``),
+with keys ``fold`` (``tuning.FOLD_FACTOR``), ``bfast`` (``tuning.B_FAST_RULE``), ``bfirst`` (element
+sizes, as digits, for ``tuning.B_FIRST_SIZES``; 0 for none; the library's when absent), ``t2d`` (element
+sizes, as digits, that take the 2-D table's large tile as ``tuning.PERMUTE_TILES``), ``narrow`` /
+``off32`` / ``t4b`` (0 or 1: ``tuning.NARROW_RULE``, ``tuning.OFFSETS32_RULE``, ``tuning.TILES_4B``),
 ``nhalve`` / ``nwarps`` / ``noff32`` (one narrow step for every vector under 16 bytes: its halvings,
 warps, and 0 to keep its int64 offsets), ``warps`` (num_warps) and ``area`` (a factor on the large
 tile's area: 0.5 halves the larger side; with ``warps`` or ``area`` the narrow rule and TILES_4B are
@@ -27,6 +27,7 @@ BASE_CONFIG = tuning.permute_config
 NARROW_STEPS = tuning.NARROW_STEPS
 TILES_4B = tuning.TILES_4B
 PERMUTE_TILES = tuning.PERMUTE_TILES
+B_FIRST_SIZES = tuning.B_FIRST_SIZES
 # The 2-D table's large-class tiles (area and warps; the permute kernel has its own order and orientation).
 TABLE_TILES = {es: tuning._config(es, "large") for es in (1, 2, 4, 8)}
 
@@ -45,7 +46,7 @@ def _sizes(digits: float) -> list[int]:
 def apply(opts: dict) -> None:
     tuning.FOLD_FACTOR = int(opts.get("fold", 4))
     tuning.B_FAST_RULE = bool(opts.get("bfast", 1))
-    tuning.B_FIRST_SIZES = frozenset(_sizes(opts.get("bfirst", 0)))
+    tuning.B_FIRST_SIZES = frozenset(_sizes(opts["bfirst"])) if "bfirst" in opts else B_FIRST_SIZES
     tuning.PERMUTE_TILES = PERMUTE_TILES | {es: TABLE_TILES[es] for es in _sizes(opts.get("t2d", 0))}
     tuning.NARROW_RULE = bool(opts.get("narrow", 1))
     tuning.OFFSETS32_RULE = bool(opts.get("off32", 1))

@@ -98,4 +98,19 @@ def test_shape_classes_and_their_tiles():
     assert tuning.triton_config(4, (31, 65), 65) == tuning.triton_config(4, (1024, 512), 512) == tiny
     assert tuning.triton_config(4, (12, 4000), 4000) == tuning.thin_config(12, 4000)
     assert tuning.triton_config(8, (8192, 8191), 8191) == tuning._config(8, "unaligned")
-    assert tuning.auto_for(8192, 8191, 8, 8191) == tuning._auto(8, "unaligned")
+
+
+def test_auto_reads_the_row_stride(monkeypatch):
+    """auto's class takes the input's row stride: a table that names different backends for the large
+    and the unaligned class gives each to its own shapes."""
+    from tileflip import tuning
+
+    table = {"triton": {}, "auto": {"8:large": "cuda-tiled", "8:unaligned": "cuda-naive"}}
+    monkeypatch.setattr(tuning, "_table", lambda: table)
+    tuning._auto.cache_clear()
+    try:
+        assert tuning.auto_for(8192, 8191, 8, 8191) == "cuda-naive"
+        assert tuning.auto_for(8192, 8192, 8, 8192) == "cuda-tiled"
+        assert tuning.auto_for(8192, 8191, 8) == "cuda-tiled"  # no row stride given: aligned
+    finally:
+        tuning._auto.cache_clear()

@@ -151,7 +151,7 @@ def test_grouped_order_visits_every_tile_once(M, N, group_m):
     if group_m == -1:
         # read from a 2-D grid: program (x, y) is tile (x, y), x fastest, as the linear order above
         assert grid.launch == (grid.grid_m, grid.grid_n, 1)
-        assert [grid.tile_of(x + y * grid.grid_m) for y in range(grid.grid_n) for x in range(grid.grid_m)] == tiles
+        assert all(grid.tile_of(x + y * grid.grid_m) == (x, y) for y in range(grid.grid_n) for x in range(grid.grid_m))
 
 
 def test_two_d_grid_falls_back_to_one_d_past_grid_y():
@@ -291,3 +291,19 @@ def test_random_suite_plans():
         assert p.kind in ("rows", "tiles", "transpose2d")  # never the per-element gather
         if p.kind != "transpose2d":
             _check_vectors(p, size)
+
+
+def test_plan_text_shows_the_launch_the_table_picks():
+    """``tileflip plan`` explains the launch the kernel makes: the table's class for a contiguous input
+    (row stride N: 8192 x 8191 is unaligned) and the 2-D grid of the group_m = -1 order."""
+    from tileflip import explain, tuning
+
+    text = explain.plan_text((8192, 8191), dtype="float64")
+    config = tuning._config(8, "unaligned")
+    assert f"tiles {config.block_m}x{config.block_n} (the tuning table's choice for 8-byte unaligned cases" in text
+    tiny = tuning._config(4, "tiny")
+    text = explain.plan_text((1024, 512), dtype="float32")
+    grid = plan.transpose_grid(1024, 512, tiny.block_m, tiny.block_n, tiny.group_m)
+    assert f"launched {'2-D' if grid.launch[1] > 1 else '1-D'} as {grid.launch}" in text
+    if tiny.group_m == -1:
+        assert "program (x, y) of the 2-D grid handles tile (x, y)" in text

@@ -324,10 +324,10 @@ def test_magic_divisor_divides_exactly(M):
 
 @pytest.mark.parametrize("device,backend", device_backends(cpu=("triton-gather",), gpu=("triton-gather",)))
 @pytest.mark.parametrize("view", ["contiguous", "sliced", "transposed"])
-@pytest.mark.parametrize("M", [1, 2, 3, 7, 33])
+@pytest.mark.parametrize("M", [1, 2, 3, 7, 33, 100])
 def test_gather_kernel_divisions(M, view, device, backend):
-    """The gather kernel, whose division by M is a multiply-high (M > 1) and whose stores are dense,
-    is exact for short and odd M on strided inputs."""
+    """The gather kernel, whose division by M is a compiled-in constant for 2 <= M < 8 and a multiply-high
+    past that (33, 100), and whose stores are dense, is exact on strided inputs."""
     base = random_bits((M * 3 + 5, 1100), torch.int32, device, seed=M)
     x = {"contiguous": base[:M, :1037], "sliced": base[1::3, 3:][:M], "transposed": base.t()[:M, :]}[view]
     out = poisoned(x.shape[::-1], torch.int32, device)

@@ -8,7 +8,7 @@ from tileflip import plan, tuning
 def plan_text(shape, *, block=None, dtype="float32", programs=12) -> str:
     M, N = shape
     size = plan.element_size(dtype)
-    config = tuning.triton_config(size, (M, N))
+    config = tuning.triton_config(size, (M, N), N)  # a contiguous input: row stride N
     BM, BN = block if block else (config.block_m, config.block_n)
     grid = plan.transpose_grid(M, N, BM, BN, 1 if block else config.group_m)
     lines = [
@@ -17,7 +17,7 @@ def plan_text(shape, *, block=None, dtype="float32", programs=12) -> str:
         + (
             ""
             if block
-            else f" (the tuning table's choice for {size}-byte {tuning.shape_class(M, N, size)} cases, "
+            else f" (the tuning table's choice for {size}-byte {tuning.shape_class(M, N, size, N)} cases, "
             f"{config.num_warps} warps)"
         ),
         f"grid: {grid.grid_m} x {grid.grid_n} tiles = {grid.programs} programs, launched "

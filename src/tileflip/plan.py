@@ -20,8 +20,8 @@ from dataclasses import dataclass
 import numpy as np
 
 # CUDA's launch limits (compute capability >= 3.0). The launchers use a 1-D grid along x, so gridDim.y
-# and gridDim.z stay 1 whatever the shape; only the 2-D transpose's ``group_m == -1`` order launches a
-# 2-D grid, and only where its gridDim.y fits.
+# and gridDim.z stay 1 whatever the shape; only the 2-D transpose's ``group_m == -1`` order (a table
+# entry's choice) launches a 2-D grid, and only where its gridDim.y fits.
 MAX_GRID_X = 2**31 - 1
 MAX_GRID_YZ = 65535
 

@@ -168,6 +168,9 @@ def main(argv=None) -> int:
     p.add_argument("--table", default=str(tuning.TABLE_FILE), help="the committed table to update")
     p.add_argument("--write", action="store_true", help="also merge the chosen tiles into --table")
     args = p.parse_args(argv)
+    unknown = [c for c in args.classes.split(",") if c and c not in REPRESENTATIVE]
+    if unknown:
+        p.error(f"--classes: unknown class(es) {unknown}; known: {sorted(REPRESENTATIVE)}")
     if args.auto_from:
         auto = auto_from_bench(json.loads(open(args.auto_from).read()))
         write_table(args.table, auto=auto, source=f"tileflip.tune --auto-from {args.auto_from}")
@@ -178,7 +181,7 @@ def main(argv=None) -> int:
     result = {"meta": _meta(), "table": choose(rows), "measurements": rows}
     with open(args.out, "w") as f:
         json.dump(result, f, indent=1)
-    if args.write:
+    if args.write and result["table"]:
         meta = result["meta"]
         what = f" --classes {args.classes}" if args.classes else ""
         write_table(args.table, triton=result["table"], source_key="triton" + (f" {args.classes}" if what else ""),

@@ -55,8 +55,9 @@ DEFAULT_TILES = {
 TINY_BYTES = 4 << 20
 # A side shorter than this makes a shape "thin": a square tile would be mostly masked off.
 THIN_SIDE = 64
-# Under TINY_BYTES a side shorter than this makes a shape thin: the tiny class's 32 x 32 tile is at
-# least half used from 16 up (e.g. 31 x 65, 3 tiles).
+# Under TINY_BYTES a side shorter than this makes a shape thin. From 16 up the 32-wide tiny tiles of the
+# 2-, 4- and 8-byte entries are at least half used (e.g. 31 x 65, 3 tiles); the 1-byte entry's 128 x 32
+# is not (16 x 200000 int8 fills an eighth of each tile), and no suite case covers that.
 TINY_THIN_SIDE = 16
 # A large shape with a side shorter than this is "skinny" (e.g. 65536 x 256): a column of tiles spans
 # the whole short side, so it has its own measured tile.
@@ -71,7 +72,8 @@ def shape_class(M: int, N: int, element_size: int, row_stride: int = 0) -> str:
     """The class ``auto`` is tabled by. Under TINY_BYTES (launch-bound): ``sliver`` (a side under 8),
     ``thin`` (a side under TINY_THIN_SIDE) or ``tiny``; else ``thin-large`` (a side under THIN_SIDE),
     ``unaligned`` (an input ``row_stride`` that is not a multiple of 16 elements, as ``triton_config``
-    has it: e.g. 8192 x 8191), ``skinny`` (a side under SKINNY_SIDE) or ``large``."""
+    has it: e.g. 8192 x 8191, and any transposed view, whose row stride is 1), ``skinny`` (a side under
+    SKINNY_SIDE) or ``large``."""
     short = M if M < N else N
     if M * N * element_size < TINY_BYTES:
         return "sliver" if short < 8 else ("thin" if short < TINY_THIN_SIDE else "tiny")

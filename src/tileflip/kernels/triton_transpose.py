@@ -17,7 +17,8 @@ The kernel is the seed lesson's tile transpose made production-ready:
 * interior tiles (all but the last row and column of tiles) load and store without masks;
 * the grid is 1-D (``tileflip.plan.transpose_grid``): gridDim.y and gridDim.z stay 1 for any shape,
   except in the order ``group_m == -1`` (column order read from a 2-D grid's program ids, where its
-  gridDim.y fits: the launch-bound classes' tile, measured at torch.compile's speed there).
+  gridDim.y fits: the form torch.compile launches, which the tuning table picked for the tiny and the
+  unaligned classes).
 """
 
 from __future__ import annotations
@@ -195,11 +196,16 @@ def direct_launch(M: int, N: int, sxm: int, sxn: int, som: int, es: int, device:
     every argument but the two addresses fixed (the tensors are not read); None until the class is
     compiled, or where it takes triton's own path. ``tileflip.ops`` keeps one per call signature
     (addresses of the same 16-byte alignment as ``xp`` and ``op``)."""
-    key, (gx, gy), scalars = _class_of(M, N, sxm, sxn, som, es, device, config, xp, op)
+    return _direct(*_class_of(M, N, sxm, sxn, som, es, device, config, xp, op), device)
+
+
+def _direct(key, grid: tuple, scalars: tuple, device: int):
+    """The prepared launch of a compiled class (``direct_launch``), or None until it is compiled."""
     fast = _compiled.get(key)
     if type(fast) is not tuple:
         return None
     c_launch, function, cooperative, pdl, metadata, _ = fast
+    gx, gy = grid
 
     def go(x, out, xp: int, op: int) -> None:
         c_launch(gx, gy, 1, current_stream(device), function, cooperative, pdl, None, None, metadata, None,
@@ -331,17 +337,7 @@ def launch_gather_known(x, out, M: int, N: int, sxm: int, sxn: int, som: int) ->
 def direct_launch_gather(M: int, N: int, sxm: int, sxn: int, som: int, es: int, device: int, xp: int, op: int):
     """``direct_launch`` for the gather kernel: a ``go(x, out, xp, op)`` with every argument but the two
     addresses fixed, or None until the class is compiled (or where it takes triton's own path)."""
-    key, (gx, gy), scalars = _gather_class(M, N, sxm, sxn, som, es, device, xp, op)
-    fast = _compiled.get(key)
-    if type(fast) is not tuple:
-        return None
-    c_launch, function, cooperative, pdl, metadata, _ = fast
-
-    def go(x, out, xp: int, op: int) -> None:
-        c_launch(gx, gy, 1, current_stream(device), function, cooperative, pdl, None, None, metadata, None,
-                 None, None, xp, op, *scalars)  # fmt: skip
-
-    return go
+    return _direct(*_gather_class(M, N, sxm, sxn, som, es, device, xp, op), device)
 
 
 def launches_compiled() -> int:
