@@ -244,7 +244,7 @@ def _launch(kernel_fn, key, grid: tuple, x, out, xp: int, op: int, scalars: tupl
 GATHER_BLOCK = 1024
 GATHER_WARPS = 4
 # An input with fewer rows than this (2 to 7: ``tuning.shape_class``'s slivers) has its row count
-# compiled in: six classes at most per element size, each a division by a constant.
+# compiled in: six row counts at most join the class key, each a division by a constant.
 SHORT_M_LIMIT = 8
 
 
