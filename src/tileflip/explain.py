@@ -24,13 +24,11 @@ def plan_text(shape, *, block=None, dtype="float32", programs=12) -> str:
         f"{'2-D' if grid.launch[1] > 1 else '1-D'} as {grid.launch}",
         "       (program pid handles tile (pid // grid_n, pid % grid_n); gridDim.y and z stay 1 for any shape)"
         if grid.group_m == 1
+        else "       (program (x, y) of the 2-D grid handles tile (x, y): columns of tiles in turn, no decoding)"
+        if grid.launch[1] > 1
         else "       (program pid handles tile (pid % grid_m, pid // grid_m): columns of tiles in turn; "
         "gridDim.y and z stay 1)"
-        if grid.group_m == 0
-        else "       (program (x, y) of the 2-D grid handles tile (x, y): columns of tiles in turn, no decoding)"
-        if grid.group_m == -1 and grid.launch[1] > 1
-        else "       (program pid handles tile (pid % grid_m, pid // grid_m): columns of tiles in turn)"
-        if grid.group_m == -1
+        if grid.group_m in (0, -1)  # -1 past gridDim.y: the same order on a 1-D grid
         else f"       (programs walk bands of {grid.group_m} tile rows, column by column; gridDim.y and z stay 1)",
     ]
     if grid.programs == 0:

@@ -116,23 +116,18 @@ def _config(element_size: int, cls: str) -> TileConfig:
 
 def triton_config(element_size: int, shape: tuple | None = None, row_stride: int = 0) -> TileConfig:
     """The Triton tile configuration for an element size, and for a shape's class when one is given:
-    a thin shape (a side under TINY_THIN_SIDE when under TINY_BYTES, else under THIN_SIDE) gets
-    ``thin_config``, another under TINY_BYTES the table's ``tiny`` entry; a large one whose input
-    ``row_stride`` is not a multiple of 16 elements (rows not 16-aligned, so no vector loads: e.g.
-    8192 x 8191) the table's ``unaligned`` entry, a skinny one (a side under SKINNY_SIDE) its ``skinny``
-    entry, when the table has them.
+    the table's entry for its ``shape_class`` (``tiny``, ``unaligned``: rows not 16-aligned, so no vector
+    loads, ``skinny``, ``large``; the ``large`` entry where the table has none), or ``thin_config`` for
+    a thin class (``sliver``, ``thin``, ``thin-large``).
     (The fast path of ``tileflip.ops`` calls it once per call signature; the checked path per call.)"""
     if shape is None:
         return _config(element_size, "large")
     M, N = shape
-    short = M if M < N else N
-    if M * N * element_size < TINY_BYTES:
-        return thin_config(M, N) if short < TINY_THIN_SIDE else _config(element_size, "tiny")
-    if short < THIN_SIDE:
-        return thin_config(M, N)
-    if row_stride % 16:
-        return _config(element_size, "unaligned")
-    return _config(element_size, "skinny" if M < SKINNY_SIDE or N < SKINNY_SIDE else "large")
+    cls = shape_class(M, N, element_size, row_stride)
+    return thin_config(M, N) if cls in _THIN_CLASSES else _config(element_size, cls)
+
+
+_THIN_CLASSES = frozenset({"sliver", "thin", "thin-large"})  # tiled by thin_config, not by the table
 
 
 def auto_backend(x) -> str:
