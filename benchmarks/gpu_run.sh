@@ -54,6 +54,9 @@ for step in "$@"; do
     bench-cast) run bench-cast 200 python3 -m tileflip.cli bench --suite cast --quick --out "$OUT" ;;
     tests-compile) run tests-compile 120 python3 -m pytest -m gpu -q -p no:cacheprovider "tests/test_transpose.py::test_no_recompile_for_new_shapes_of_a_class" ;;
     dist-tests) run dist-tests 200 python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_distributed.py ;;
+    dist-overlap) for e in ${DIST_ENVS:-default}; do
+                    run "dist-overlap-$e" 200 env $([ "$e" != default ] && echo "$e") python3 -m torch.distributed.run \
+                      --standalone --nproc-per-node 2 benchmarks/dist_overlap.py "$OUT/dist-overlap.json" "$e" ${DIST_SECTIONS:-}; done ;;
     dist-bench) run dist-bench 300 python3 -m torch.distributed.run --standalone --nproc-per-node 2 -m tileflip.bench_distributed --out "$OUT/h200x2-distributed.json" ;;
     *) echo "unknown step $step" | tee -a "$LOG" ;;
   esac

@@ -85,6 +85,15 @@ def test_gloo_exact_and_mismatches(tmp_path, world):
     assert all(r["cases"] == reports[0]["cases"] > 30 for r in reports)
 
 
+def test_gloo_moves_beside_the_collective(tmp_path):
+    """The passes that run beside a collective (the own block, the packs after the first, the unpacks
+    before the last) on a grid capped at 2 programs, as on a GPU: chunked and unchunked, several tiles
+    each, and chunks="auto" cut 3:1."""
+    reports = _launch(tmp_path, "beside", 2)
+    _assert_all_passed(reports)
+    assert all(r["cases"] == 8 and r["capped"] for r in reports)
+
+
 def test_gloo_single_rank(tmp_path):
     """A group of one: no collective at all, only the own block's move."""
     _assert_all_passed(_launch(tmp_path, "single", 1))
@@ -133,7 +142,7 @@ def test_bench_runs_on_cpu(tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     records = json.loads(out.read_text())
     checks = [r for r in records if r["op"] == "check"]
-    assert len(checks) == 4 * 6 and all(r["exact"] for r in checks)
+    assert len(checks) == 4 * 5 and all(r["exact"] for r in checks)  # 4 cases x (chunks 1, 2, 4, "auto"; deepspeed)
     timed = [r for r in records if r["op"] in ("transpose", "seq_to_head", "head_to_seq")]
     backends = {r["backend"] for r in timed}
     assert backends == {"copy", "all_to_all_single", "all_to_all_single-remote", "tileflip", "tileflip-pack",
@@ -141,7 +150,7 @@ def test_bench_runs_on_cpu(tmp_path):
     for key in ("gpu", "torch", "triton", "time", "op", "backend", "shape", "dtype", "ms", "gbps", "copy_gbps",
                 "fraction_of_copy", "run", "host_ms"):  # fmt: skip
         assert all(key in r for r in timed), key
-    assert {r["chunks_arg"] for r in timed if r["backend"] == "tileflip"} == {1, 2, 4, 8, "auto"}
+    assert {r["chunks_arg"] for r in timed if r["backend"] == "tileflip"} == {1, 2, 4, "auto"}
     assert all(r["moved_bytes"] > 0 for r in timed if r["backend"].startswith("tileflip-"))
     summaries = [r for r in records if r["op"] == "summary"]
     assert len(summaries) == 4 and all(r["auto_chunks"] == 1 for r in summaries)  # tiny sizes: one chunk
@@ -178,6 +187,34 @@ def test_segment_kernel_matches_reference(dtype, to_blocks):
     assert_bits_equal(got_i, want_i)
 
 
+@pytest.mark.parametrize("programs", [1, 5, 1000])
+def test_pack_kernels_on_a_capped_grid(programs):
+    """Both pack kernels on a grid of fewer programs than tiles (each program loops; a move beside a
+    collective), against the torch references: several tiles per segment and per run."""
+    from helpers import assert_bits_equal, random_bits
+
+    from tileflip.kernels import triton_pack
+
+    seg = triton_pack.Segments(rows=3000, inner_rows=1000, stride_outer=25000, stride_inner=23,
+                               starts=(0, 7, 20), widths=(7, 13, 1))  # fmt: skip
+    origin = random_bits((3 * 25000,), torch.float32, seed=3)
+    blocked = random_bits((seg.numel,), torch.float32, seed=4)
+    for to_blocks in (True, False):
+        got_b, want_b, got_i, want_i = blocked.clone(), blocked.clone(), origin.clone(), origin.clone()
+        triton_pack.launch(got_b, got_i, seg, to_blocks=to_blocks, programs=programs)
+        triton_pack.reference(want_b, want_i, seg, to_blocks=to_blocks)
+        assert_bits_equal(got_b, want_b)
+        assert_bits_equal(got_i, want_i)
+    spec = triton_pack.Rows(rows=2400, inner_rows=800, width=12, src_outer=12000, src_inner=15, dst_outer=9700,
+                            dst_inner=12)  # fmt: skip
+    src = random_bits((3 * 12000,), torch.float32, seed=5)
+    dst = random_bits((3 * 9700,), torch.float32, seed=6)
+    got, want = dst.clone(), dst.clone()
+    triton_pack.launch_rows(got, src, spec, programs=programs)
+    triton_pack.reference_rows(want, src, spec)
+    assert_bits_equal(got, want)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.uint8, torch.float64, torch.bool])
 def test_rows_kernel_matches_reference(dtype):
     """The own block's copy alone, against its torch reference: both sides on two levels, offset origins."""
@@ -197,11 +234,17 @@ def test_rows_kernel_matches_reference(dtype):
 
 
 def test_auto_chunks():
-    from tileflip.distributed import AUTO_CHUNK_BYTES, AUTO_MAX_CHUNKS, auto_chunks
+    from tileflip.distributed import AUTO_SPLIT, AUTO_SPLIT_BYTES, auto_chunks, chunk_sizes
 
-    assert auto_chunks(0) == auto_chunks(AUTO_CHUNK_BYTES - 1) == 1
-    assert auto_chunks(2 * AUTO_CHUNK_BYTES) == min(2, AUTO_MAX_CHUNKS)
-    assert auto_chunks(1 << 30) == AUTO_MAX_CHUNKS  # 1 GiB per rank: capped by the measured best
+    assert auto_chunks(0) == auto_chunks(AUTO_SPLIT_BYTES - 1) == 1
+    assert auto_chunks(AUTO_SPLIT_BYTES) == auto_chunks(8 * AUTO_SPLIT_BYTES) == AUTO_SPLIT == (3, 1)
+    # Weighted pieces: cut at total * (cumulative weight) // sum, every row in exactly one piece.
+    assert chunk_sizes(16384, (3, 1)) == [12288, 4096]
+    assert chunk_sizes(3, (3, 1)) == [2, 1] and chunk_sizes(1, (3, 1)) == [0, 1] and chunk_sizes(0, (3, 1)) == [0, 0]
+    assert chunk_sizes(10, (1, 2, 1)) == [2, 5, 3]
+    for total in range(40):
+        assert sum(chunk_sizes(total, (3, 1))) == total and sum(chunk_sizes(total, 3)) == total
+    assert chunk_sizes(10, 3) == [4, 3, 3]  # an int: tensor_split's rule
 
 
 def test_vector_width():
@@ -381,6 +424,32 @@ def scenario_exact(rank, world, device):
     return {"ok": True, "cases": cases}
 
 
+def scenario_beside(rank, world, device):
+    """Every call with the moves beside a collective on 2 programs (the CPU otherwise launches full grids),
+    the capped launches counted."""
+    from tileflip import distributed
+    from tileflip.kernels import triton_pack, triton_transpose
+
+    capped = []
+    distributed.beside_programs = lambda device: 2
+    for module, name in ((triton_pack, "launch"), (triton_pack, "launch_rows"), (triton_transpose, "launch_looped")):
+        def spy(*args, _real=getattr(module, name), _name=name, **kwargs):
+            if kwargs.get("programs", args[-1] if _name == "launch_looped" else 0):
+                capped.append(_name)
+            return _real(*args, **kwargs)
+
+        setattr(module, name, spy)
+    for chunks in (1, 3):
+        _check_transpose(rank, world, device, [150, 97], 150, "float32", chunks, seed=chunks)
+        _check_transpose(rank, world, device, [70, 130], 99, "int16", chunks, "reversed", seed=chunks + 1)
+        _check_ulysses(rank, world, device, 2, [600, 500], 2 * world, 8, "float32", chunks, seed=chunks + 2)
+    # chunks="auto" on the weights of a large call (3/4 and 1/4 of each rank's rows), here at any size.
+    distributed.AUTO_SPLIT_BYTES = 1
+    _check_transpose(rank, world, device, [150, 97], 150, "float32", "auto", seed=7)
+    _check_ulysses(rank, world, device, 2, [600, 500], 2 * world, 8, "bfloat16", "auto", seed=8)
+    return {"cases": 8, "capped": sorted(set(capped)) == ["launch", "launch_looped", "launch_rows"]}
+
+
 def _gpu_cases(rank, world, device):
     """Enough work per kernel that the streams really overlap (a missing event shows as wrong bits), a
     caller on a stream of its own, and the profile of whole calls: tileflip's kernels and NCCL's only."""
@@ -470,19 +539,21 @@ def _rank_main(scenario, rank, world, store, backend):
     if backend == "nccl":
         torch.cuda.set_device(rank)
         device = f"cuda:{rank}"
-    timeout = 60 if scenario in ("exact", "single") else FAULT_TIMEOUT_S
+    timeout = 60 if scenario in ("exact", "single", "beside") else FAULT_TIMEOUT_S
     dist.init_process_group(backend, init_method=f"file://{store}", rank=rank, world_size=world,
                             timeout=datetime.timedelta(seconds=timeout))  # fmt: skip
     if scenario == "exact":
         report = scenario_exact(rank, world, device)
     elif scenario == "single":
         report = scenario_single(rank, world, device)
+    elif scenario == "beside":
+        report = scenario_beside(rank, world, device)
     elif scenario == "never-arrives":
         report = scenario_never_arrives(rank, world, device, store)
     else:
         report = scenario_peer_dies(rank, world, device, scenario)
     print("RESULT " + json.dumps({"ok": True, **report}), flush=True)
-    if scenario in ("exact", "single"):
+    if scenario in ("exact", "single", "beside"):
         dist.destroy_process_group()
     # A group with a failed peer may block in its teardown; and after torch.profiler has run (the exact
     # scenario profiles the sizes exchange) the interpreter's own teardown aborts about one time in

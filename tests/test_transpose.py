@@ -291,6 +291,25 @@ def test_program_orders(group_m, device, backend):
     assert_bits_equal(out, x.t())
 
 
+@pytest.mark.parametrize("device,backend", device_backends(gpu=("triton",)))
+@pytest.mark.parametrize("group_m", [-1, 0, 1, 3])
+@pytest.mark.parametrize("programs", [1, 3, 7, 1000])
+def test_looped_launch(programs, group_m, device, backend):
+    """``launch_looped``: a grid of fewer programs than tiles, each looping over its share (the distributed
+    moves beside a collective), is exact in every program order, into an output with a wider row stride;
+    a cap above the tile count launches one program per tile."""
+    from tileflip.kernels import triton_transpose
+    from tileflip.tuning import TileConfig
+
+    x = random_bits((150, 131), torch.float32, device, seed=programs)[:, 2:]  # 5 x 5 tiles of 32 x 32
+    wide = poisoned((129, 160), torch.float32, device)
+    config = TileConfig(32, 32, 4, group_m, 1, 0, int(group_m == 1), int(programs == 3))
+    triton_transpose.launch_looped(x, wide[:, 3:153], config, programs)
+    assert_bits_equal(wide[:, 3:153].contiguous(), x.t())
+    assert (bits(wide[:, :3]) == bits(poisoned((129, 3), torch.float32, device))).all()
+    assert (bits(wide[:, 153:]) == bits(poisoned((129, 7), torch.float32, device))).all()
+
+
 def test_two_d_grid_launch_falls_back_past_grid_y():
     """group_m == -1 launches (grid_m, grid_n) while grid_n fits gridDim.y, else the same column order
     decoded from a 1-D grid (group_m 0), as the planner says."""

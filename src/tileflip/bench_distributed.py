@@ -14,8 +14,10 @@ of the repetitions on each rank, then the slowest rank's median, which is what a
 * ``tileflip``: the distributed operation end to end (sizes exchange included), for each ``chunks``
   of ``CHUNKS`` and for ``"auto"`` (``chunks`` in the record is then what auto picked);
 * ``tileflip-pack``, ``tileflip-unpack`` and ``tileflip-own``: the three local passes of a ``chunks=1``
-  call alone: the pack of the blocks for the other ranks, the unpack of the blocks from them, and the
-  move of the own block from the input to the result (which a call runs under the collective);
+  call alone: the pack of the blocks for the other ranks, the unpack of the blocks from them (both on
+  full grids, as the first pack and the last unpack run), and the move of the own block from the input
+  to the result, which a call runs under the collective on a capped grid (``BESIDE_SM_FRACTION``), so
+  its fraction of copy is low by design;
 * ``deepspeed``: the DeepSpeed-style sequence, ``.contiguous()`` + the collective + ``.contiguous()``.
 
 Bytes and GB/s: a copy and each local pass read and write every byte it moves (``moved_bytes``), so
@@ -41,10 +43,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-CHUNKS = (1, 2, 4, 8, "auto")
+CHUNKS = (1, 2, 4, "auto")
 # Name prefixes of tileflip's kernels: the Triton ones, and the CUDA C++ transposes ``auto`` may pick.
-TILEFLIP_KERNELS = ("transpose_2d_kernel", "permute_rows_kernel", "permute_tiles_kernel", "permute_general_kernel",
-                    "segments_kernel", "transpose_naive_u", "transpose_tiled_u")  # fmt: skip
+TILEFLIP_KERNELS = ("transpose_2d_kernel", "transpose_gather_kernel", "permute_rows_kernel", "permute_tiles_kernel",
+                    "permute_general_kernel", "segments_kernel", "rows_kernel", "transpose_naive_u",
+                    "transpose_tiled_u")  # fmt: skip
 TORCH_COPY_OPS = ("aten::copy_", "aten::contiguous", "aten::clone", "aten::cat", "aten::_to_copy")
 
 
@@ -61,7 +64,7 @@ class Case:
     plan: object = None
     bare: object = None  # the collective of every block
     remote: object = None  # the collective of the blocks that change rank (what tileflip runs)
-    auto: int = 0  # the chunks that "auto" picks
+    auto: object = 0  # the chunks that "auto" picks: an int, or the weights of uneven pieces
 
 
 # --------------------------------------------------------------------------------------------------

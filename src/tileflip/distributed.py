@@ -35,16 +35,17 @@ The collective moves bytes: each buffer travels as int64, int32 or uint8 (the wi
 split), so every dtype tileflip carries crosses every backend, including those gloo refuses (float8,
 int16, uint16, uint32, uint64: "Invalid scalar type").
 
-Chunks and streams. ``chunks=K`` cuts each rank's rows (transpose) or sequence shard into K pieces and
-moves them with K all-to-alls; ``chunks="auto"`` (the default) picks K from the largest rank's bytes:
-one chunk per ``AUTO_CHUNK_BYTES`` (128 MiB), at most ``AUTO_MAX_CHUNKS`` (1 since the H200 run of
-2026-11-30: with 1 GiB per rank on 2 GPUs, 1 chunk took 1.40-1.42x the bare all-to-all and 4 chunks
-1.52-1.68x, 2 chunks won only the bf16 odd-N transpose, 1.36x; the host time per chunk, ~0.3 ms, and
-NCCL's kernels sharing SMs with the packs cost more than the overlap saves). The pieces the first
-pack and the last unpack handle are on the critical path, 1/K of the work each, while every chunk
-costs a collective's fixed latency and host time (a pack launch, the collective's enqueue, an unpack
-launch, two events and stream switches: of the order of 0.1 ms), and the host must stay ahead of the
-GPU; 128 MiB chunks keep each collective near its full bandwidth. Results are the same bits
+Chunks and streams. ``chunks=K`` cuts each rank's rows (transpose) or sequence shard into K even
+pieces and moves them with K all-to-alls; ``chunks="auto"`` (the default) moves everything in one
+all-to-all, or, when the largest rank holds at least ``AUTO_SPLIT_BYTES`` (1 GiB), in two whose pieces
+are 3/4 and 1/4 of each rank's rows (``AUTO_SPLIT``). The first pack and the last unpack are on the
+critical path (every other pass runs under a collective), and each collective's cost depends on its
+size: on the H200 pair (NCCL 2.28, benchmarks/dist_overlap.py, 2026-12-01) one all-to-all of 512 MiB to
+the peer took 1.53 ms on 32 NCCL blocks, two of 256 MiB 0.91 ms each on 17 blocks, four of 128 MiB
+0.48 ms each, and the host spends ~1.3 ms a call (0.34 ms of it in the sizes exchange). With 1 GiB per
+rank, one chunk took 1.30x the bare all-to-all of the whole tensor, two even chunks 1.35x, 1/4 + 3/4
+1.36x and 3/4 + 1/4 1.22-1.23x (a large first exchange at full rate, a short last unpack); at 256 MiB
+per rank, where the host time is most of the call, one chunk was best. Results are the same bits
 for every K. On CUDA a call uses three streams, ordered by events only (no host synchronization):
 
 * a side stream (normal priority) runs pack 0, pack 1, ..., pack K-1, then the own block's move;
@@ -54,9 +55,14 @@ for every K. On CUDA a call uses three streams, ordered by events only (no host 
 * the caller's stream runs unpack k once all-to-all k is done, then waits for the own block.
 
 So pack k+1 and the own block's move run under all-to-all k, and unpack k under all-to-all k+1; only
-pack 0 and unpack K-1 are outside the collectives. The side stream first waits for the caller's stream
-(the input, the new buffers), and the caller's stream ends after everything: what follows the call on
-it sees the whole result, and the buffers are freed in its order. The host enqueues pack k+1 before
+pack 0 and unpack K-1 are outside the collectives. A pass that runs under a collective is launched on a
+grid of ``BESIDE_SM_FRACTION`` (1/2) of the SMs, each program looping over its share of the tiles:
+NCCL's kernel moves data with a few dozen blocks, and a full-grid pass beside it took the memory system
+from it (a 512 MiB copy on the full grid lengthened the collective by 0.13-0.16 ms, about its own
+duration; the own block's transpose on 66 programs by 0.02 ms). Pack 0 and unpack K-1 use full grids.
+The side stream first waits for the caller's stream (the input, the new buffers), and the caller's
+stream ends after everything: what follows the call on it sees the whole result, and the buffers are
+freed in its order. The host enqueues pack k+1 before
 all-to-all k, so the overlap holds even where each collective blocks the host (NCCL blocking wait).
 On CPU the same steps run one after the other in that host order.
 
@@ -112,8 +118,9 @@ _DTYPE_NAMES = sorted(str(d).removeprefix("torch.") for d in dtypes.SUPPORTED)
 OP, STATUS, DTYPE, CHUNKS, D0, D1, D2, D3, EXTRA = range(9)
 _META_LEN = 9
 
-AUTO_CHUNK_BYTES = 128 << 20
-AUTO_MAX_CHUNKS = 1  # measured: see the module docstring
+AUTO_SPLIT_BYTES = 1 << 30  # measured: see the module docstring
+AUTO_SPLIT = (3, 1)
+BESIDE_SM_FRACTION = 0.5
 
 _side_groups: dict = {}
 _streams: dict = {}
@@ -240,13 +247,23 @@ def _meta_row(x, chunks, sizes: tuple, extra: int = 0) -> list:
     return [_DTYPE_NAMES.index(str(x.dtype).removeprefix("torch.")), 0 if chunks == "auto" else chunks, *sizes, extra]
 
 
-def auto_chunks(largest_rank_bytes: int) -> int:
-    """``chunks="auto"``: one chunk per AUTO_CHUNK_BYTES of the largest rank's data, 1 to AUTO_MAX_CHUNKS.
-    Computed from exchanged sizes only, so every rank picks the same."""
-    return max(1, min(AUTO_MAX_CHUNKS, largest_rank_bytes // AUTO_CHUNK_BYTES))
+def auto_chunks(largest_rank_bytes: int):
+    """``chunks="auto"``: 1 (one all-to-all), or from AUTO_SPLIT_BYTES of the largest rank's data on the
+    weights AUTO_SPLIT (pieces of 3/4 and 1/4 of each rank's rows: ``chunk_sizes``). Computed from
+    exchanged sizes only, so every rank picks the same."""
+    return AUTO_SPLIT if largest_rank_bytes >= AUTO_SPLIT_BYTES else 1
 
 
-def _chunks(table: list, largest_rank_bytes: int) -> int:
+def beside_programs(device) -> int:
+    """Programs of a move that runs beside a collective: ``BESIDE_SM_FRACTION`` of the device's SMs, so
+    that the move leaves the collective's kernel the memory bandwidth and SMs it needs. 0 (a full grid)
+    on a CPU or with ``BESIDE_SM_FRACTION`` 0."""
+    if device.type != "cuda" or not BESIDE_SM_FRACTION:
+        return 0
+    return max(1, int(torch.cuda.get_device_properties(device).multi_processor_count * BESIDE_SM_FRACTION))
+
+
+def _chunks(table: list, largest_rank_bytes: int):
     return table[0][CHUNKS] or auto_chunks(largest_rank_bytes)
 
 
@@ -269,10 +286,27 @@ def _offsets(sizes) -> list:
     return out
 
 
-def _chunk_ranges(total: int, chunks: int) -> list:
-    """(offset, size) of each of ``chunks`` pieces of ``total`` (tensor_split's rule)."""
-    sizes = split_sizes(total, chunks)
+def chunk_sizes(total: int, chunks) -> list:
+    """Sizes of the pieces of ``total``: ``chunks`` an int (that many, tensor_split's rule) or a tuple of
+    weights (piece k ends at ``total * (w_0 + ... + w_k) // sum(w)``)."""
+    if isinstance(chunks, int):
+        return split_sizes(total, chunks)
+    ends, acc = [], 0
+    for w in chunks:
+        acc += w
+        ends.append(total * acc // sum(chunks))
+    return [b - a for a, b in zip([0, *ends], ends)]
+
+
+def _chunk_ranges(total: int, chunks) -> list:
+    """(offset, size) of each piece of ``total`` (``chunk_sizes``)."""
+    sizes = chunk_sizes(total, chunks)
     return list(zip(_offsets(sizes), sizes))
+
+
+def _steps(P: int, chunks) -> int:
+    """How many all-to-alls: one per piece, none in a group of one."""
+    return (chunks if isinstance(chunks, int) else len(chunks)) if P > 1 else 0
 
 
 # --------------------------------------------------------------------------------------------------
@@ -416,18 +450,18 @@ def _pack_kernels():
     return triton_pack
 
 
-def _segments(backend: str, blocked, interleaved, seg: Segments, to_blocks: bool) -> None:
+def _segments(backend: str, blocked, interleaved, seg: Segments, to_blocks: bool, programs: int = 0) -> None:
     if backend == "torch":
         _pack_kernels().reference(blocked, interleaved, seg, to_blocks=to_blocks)
     else:
-        _pack_kernels().launch(blocked, interleaved, seg, to_blocks=to_blocks)
+        _pack_kernels().launch(blocked, interleaved, seg, to_blocks=to_blocks, programs=programs)
 
 
-def _rows(backend: str, dst, src, spec: Rows) -> None:
+def _rows(backend: str, dst, src, spec: Rows, programs: int = 0) -> None:
     if backend == "torch":
         _pack_kernels().reference_rows(dst, src, spec)
     else:
-        _pack_kernels().launch_rows(dst, src, spec)
+        _pack_kernels().launch_rows(dst, src, spec, programs=programs)
 
 
 def _kernel_backend(x, backend: str) -> str:
@@ -486,26 +520,28 @@ def transpose_plan(P: int, me: int, local, rows: list, N: int, chunks: int, back
     out = torch.empty((n[me], M), dtype=local.dtype, device=local.device)
     bufs = Buffers((N - n[me]) * rows[me], n[me] * (M - rows[me]), local.dtype, local.device)
     kernel = _kernel_backend(local, backend)
+    beside = beside_programs(local.device) if P > 1 else 0
     # The columns bound for the other ranks: those before this rank's and those after, in rank order.
     spans = [(c0, c1) for c0, c1 in ((0, n_at[me]), (n_at[me] + n[me], N)) if c1 > c0]
     pieces = [_chunk_ranges(m, chunks) for m in rows]  # pieces[i][c]: (offset, size) of source i's chunk c
     steps, send_at, recv_at = [], 0, 0
-    for c in range(chunks if P > 1 else 0):
+    for c in range(_steps(P, chunks)):
         (a, m_c), got = pieces[me][c], [pieces[i][c] for i in range(P)]
         out_splits = _own_splits([n[me] * m for _, m in got], me)
         steps.append(Step(
             in_splits=_own_splits([n_j * m_c for n_j in n], me), out_splits=out_splits,
             send_at=send_at, recv_at=recv_at,
-            pack=_transpose_pack(local, bufs, a, m_c, send_at, spans, backend),
-            unpack=_transpose_unpack(bufs, out, recv_at, _without(got, me), _without(row_at, me), kernel),
+            pack=_transpose_pack(local, bufs, a, m_c, send_at, spans, backend, beside * (c > 0)),
+            unpack=_transpose_unpack(bufs, out, recv_at, _without(got, me), _without(row_at, me), kernel,
+                                     beside * (c < _steps(P, chunks) - 1)),
         ))  # fmt: skip
         send_at += (N - n[me]) * m_c
         recv_at += sum(out_splits)
-    own = _transpose_own(local, out, n_at[me], n[me], row_at[me], backend) if n[me] and rows[me] else None
+    own = _transpose_own(local, out, n_at[me], n[me], row_at[me], backend, beside) if n[me] and rows[me] else None
     return Plan(out, bufs, steps, own, n[me] * rows[me], [n_j * rows[me] for n_j in n], [n[me] * m for m in rows])
 
 
-def _transpose_pack(local, bufs: Buffers, a: int, m_c: int, at: int, spans: list, backend: str):
+def _transpose_pack(local, bufs: Buffers, a: int, m_c: int, at: int, spans: list, backend: str, programs: int):
     # The transpose of the local rows' columns [c0, c1) is (c1 - c0) x m_c: its row ranges are the blocks
     # for each destination in that span, in destination order, so it is the send region as it stands.
     def pack():
@@ -513,13 +549,17 @@ def _transpose_pack(local, bufs: Buffers, a: int, m_c: int, at: int, spans: list
             offset = at
             for c0, c1 in spans:
                 dst = bufs.typed(bufs.send, offset, (c1 - c0) * m_c).view(c1 - c0, m_c)
-                ops.transpose(local[a : a + m_c, c0:c1], dst, backend=backend)
+                src = local[a : a + m_c, c0:c1]
+                if programs and _kernel_backend(local, backend) == "triton":
+                    _looped_transpose(src, dst, programs)
+                else:
+                    ops.transpose(src, dst, backend=backend)
                 offset += (c1 - c0) * m_c
 
     return pack
 
 
-def _transpose_unpack(bufs: Buffers, out, at: int, got: list, row_at: list, kernel: str):
+def _transpose_unpack(bufs: Buffers, out, at: int, got: list, row_at: list, kernel: str, programs: int):
     # Source i's block is (n_me x m_ic): columns row_at[i] + offset_ic onwards of every row of out.
     n_me, M = out.shape
     seg = _pack_kernels().Segments(
@@ -528,22 +568,34 @@ def _transpose_unpack(bufs: Buffers, out, at: int, got: list, row_at: list, kern
     )  # fmt: skip
 
     def unpack():
-        _segments(kernel, bufs.typed(bufs.recv, at, seg.numel), out, seg, to_blocks=False)
+        _segments(kernel, bufs.typed(bufs.recv, at, seg.numel), out, seg, to_blocks=False, programs=programs)
 
     return unpack
 
 
-def _transpose_own(local, out, col: int, n_me: int, row: int, backend: str):
+def _transpose_own(local, out, col: int, n_me: int, row: int, backend: str, programs: int):
     # The own block, local[:, col : col + n_me] transposed, is columns [row, row + m_me) of out: the 2-D
     # transpose kernel takes the output's row stride, so it writes there directly (no contiguous staging).
     src = local[:, col : col + n_me]
     dst = out[:, row : row + local.shape[0]]
-    chosen = "torch" if ops.resolve_backend(local, backend) == "torch" else "triton"
+    kernel = _kernel_backend(local, backend)
 
     def own():
-        ops._run(src, dst, chosen)
+        if programs and kernel == "triton":
+            _looped_transpose(src, dst, programs)
+        else:
+            ops._run(src, dst, kernel)
 
     return own
+
+
+def _looped_transpose(src, dst, programs: int) -> None:
+    """Triton's 2-D transpose of ``src`` into ``dst`` on a grid of ``programs`` programs (beside a collective)."""
+    from tileflip import tuning
+    from tileflip.kernels import triton_transpose
+
+    triton_transpose.launch_looped(src, dst, tuning.triton_config(src.element_size(), src.shape, src.stride(0)),
+                                   programs)  # fmt: skip
 
 
 # --------------------------------------------------------------------------------------------------
@@ -596,11 +648,12 @@ def seq_to_head_plan(P: int, me: int, x, seq: list, chunks: int, backend: str) -
     out = torch.empty((B, S, h, D), dtype=x.dtype, device=x.device)
     bufs = Buffers(B * s_me * hd * (P - 1), B * (S - s_me) * hd, x.dtype, x.device)
     kernel = _kernel_backend(x, backend)
+    beside = beside_programs(x.device) if P > 1 else 0
     seq_at = _offsets(seq)
     pieces = [_chunk_ranges(s, chunks) for s in seq]
     others = _without(list(range(P)), me)
     steps, send_at, recv_at = [], 0, 0
-    for c in range(chunks if P > 1 else 0):
+    for c in range(_steps(P, chunks)):
         (a, s_c), got = pieces[me][c], [pieces[i][c] for i in range(P)]
         # Pack: rows (b, s) of x's chunk, H * D values each; destination j's heads are the segment
         # [j * hd, (j + 1) * hd). Unpack: source i's (B, s_ic, h, D) block is, for each b, one run of
@@ -616,35 +669,35 @@ def seq_to_head_plan(P: int, me: int, x, seq: list, chunks: int, backend: str) -
         steps.append(Step(
             in_splits=_own_splits([B * s_c * hd] * P, me), out_splits=_own_splits([B * s * hd for _, s in got], me),
             send_at=send_at, recv_at=recv_at,
-            pack=_packer(bufs, x[:, a:], send_at, pack, kernel),
-            unpack=_unpacker(bufs, out, recv_at, unpack, kernel),
+            pack=_packer(bufs, x[:, a:], send_at, pack, kernel, beside * (c > 0)),
+            unpack=_unpacker(bufs, out, recv_at, unpack, kernel, beside * (c < _steps(P, chunks) - 1)),
         ))  # fmt: skip
         send_at += pack.numel
         recv_at += unpack.numel
     # Own block: rows (b, s) of x's heads [me * h, (me + 1) * h) to out's rows (b, seq_at[me] + s).
     spec = _pack_kernels().Rows(rows=B * s_me, inner_rows=s_me, width=hd, src_outer=x.stride(0),
                                 src_inner=x.stride(1), dst_outer=S * hd, dst_inner=hd)  # fmt: skip
-    own = _mover(kernel, _at(out, seq_at[me] * hd), _at(x, me * hd), spec) if spec.numel else None
+    own = _mover(kernel, _at(out, seq_at[me] * hd), _at(x, me * hd), spec, beside) if spec.numel else None
     return Plan(out, bufs, steps, own, spec.numel, [B * s_me * hd] * P, [B * s * hd for s in seq])
 
 
-def _packer(bufs: Buffers, source, at: int, seg: Segments, kernel: str):
+def _packer(bufs: Buffers, source, at: int, seg: Segments, kernel: str, programs: int):
     def pack():
-        _segments(kernel, bufs.typed(bufs.send, at, seg.numel), source, seg, to_blocks=True)
+        _segments(kernel, bufs.typed(bufs.send, at, seg.numel), source, seg, to_blocks=True, programs=programs)
 
     return pack
 
 
-def _unpacker(bufs: Buffers, target, at: int, seg: Segments, kernel: str):
+def _unpacker(bufs: Buffers, target, at: int, seg: Segments, kernel: str, programs: int):
     def unpack():
-        _segments(kernel, bufs.typed(bufs.recv, at, seg.numel), target, seg, to_blocks=False)
+        _segments(kernel, bufs.typed(bufs.recv, at, seg.numel), target, seg, to_blocks=False, programs=programs)
 
     return unpack
 
 
-def _mover(kernel: str, dst, src, spec: Rows):
+def _mover(kernel: str, dst, src, spec: Rows, programs: int):
     def own():
-        _rows(kernel, dst, src, spec)
+        _rows(kernel, dst, src, spec, programs)
 
     return own
 
@@ -692,11 +745,12 @@ def head_to_seq_plan(P: int, me: int, x, seq: list, chunks: int, backend: str) -
     out = torch.empty((B, seq[me], H, D), dtype=x.dtype, device=x.device)
     bufs = Buffers(B * (S - seq[me]) * hd, B * seq[me] * hd * (P - 1), x.dtype, x.device)
     kernel = _kernel_backend(x, backend)
+    beside = beside_programs(x.device) if P > 1 else 0
     seq_at = _offsets(seq)
     pieces = [_chunk_ranges(s, chunks) for s in seq]
     others = _without(list(range(P)), me)
     steps, send_at, recv_at = [], 0, 0
-    for c in range(chunks if P > 1 else 0):
+    for c in range(_steps(P, chunks)):
         (a, s_c), sent = pieces[me][c], [pieces[i][c] for i in range(P)]
         # Pack: per batch row of x, destination j's sequence chunk is one run of s_jc * hd values.
         pack = _pack_kernels().Segments(
@@ -711,8 +765,9 @@ def head_to_seq_plan(P: int, me: int, x, seq: list, chunks: int, backend: str) -
         )  # fmt: skip
         steps.append(Step(
             in_splits=_own_splits([B * s * hd for _, s in sent], me), out_splits=_own_splits([B * s_c * hd] * P, me),
-            send_at=send_at, recv_at=recv_at, pack=_packer(bufs, x, send_at, pack, kernel),
-            unpack=_unpacker(bufs, out.view(-1)[a * H * D :], recv_at, unpack, kernel),
+            send_at=send_at, recv_at=recv_at, pack=_packer(bufs, x, send_at, pack, kernel, beside * (c > 0)),
+            unpack=_unpacker(bufs, out.view(-1)[a * H * D :], recv_at, unpack, kernel,
+                             beside * (c < _steps(P, chunks) - 1)),
         ))  # fmt: skip
         send_at += pack.numel
         recv_at += unpack.numel
@@ -720,5 +775,5 @@ def head_to_seq_plan(P: int, me: int, x, seq: list, chunks: int, backend: str) -
     # rows (b, s).
     spec = _pack_kernels().Rows(rows=B * seq[me], inner_rows=seq[me], width=hd, src_outer=x.stride(0),
                                 src_inner=hd, dst_outer=seq[me] * H * D, dst_inner=H * D)  # fmt: skip
-    own = _mover(kernel, _at(out, me * hd), _at(x, seq_at[me] * hd), spec) if spec.numel else None
+    own = _mover(kernel, _at(out, me * hd), _at(x, seq_at[me] * hd), spec, beside) if spec.numel else None
     return Plan(out, bufs, steps, own, spec.numel, [B * s * hd for s in seq], [B * seq[me] * hd] * P)

@@ -37,6 +37,18 @@ def cdiv(a, b):
     return -(-a // b)
 
 
+def loop_rounds(tiles: int, programs: int) -> tuple[int, int]:
+    """(grid, rounds) of a launch of ``tiles`` tiles capped at ``programs`` programs: rounds is 0 (one
+    program per tile, no loop) where the cap is not below the tile count, else the power of two at or
+    above tiles / programs (a compiled variant per power of two, not per shape)."""
+    if programs <= 0 or tiles <= programs:
+        return max(tiles, 1), 0
+    rounds = 1
+    while rounds * programs < tiles:
+        rounds *= 2
+    return programs, rounds
+
+
 # ---------------------------------------------------------------------------------------------------
 # Seed functions (strict validation)
 # ---------------------------------------------------------------------------------------------------

@@ -33,7 +33,7 @@ import triton
 import triton.language as tl
 
 from tileflip.dtypes import as_uint
-from tileflip.plan import cdiv
+from tileflip.plan import cdiv, loop_rounds
 
 
 @dataclass(frozen=True)
@@ -60,8 +60,26 @@ class Segments:
 def segments_kernel(
     blk_ptr, itl_ptr, rows, inner_rows, stride_outer, stride_inner, tiles_w, starts, widths,
     NSEG: tl.constexpr, VEC: tl.constexpr, TO_BLOCKS: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_W: tl.constexpr,
+    LOOP: tl.constexpr = 0,
 ):  # fmt: skip
-    pid = tl.program_id(0).to(tl.int64)
+    if LOOP:
+        # Fewer programs than tiles (``programs`` of ``launch``): program p moves tiles p, p + G, ..., in
+        # LOOP rounds (as in the 2-D transpose kernel's loop).
+        for i in range(LOOP):
+            t = tl.program_id(0).to(tl.int64) + i * tl.num_programs(0)
+            if t < NSEG * tl.cdiv(rows, BLOCK_R) * tiles_w:
+                _segments_tile(blk_ptr, itl_ptr, t, rows, inner_rows, stride_outer, stride_inner, tiles_w, starts,
+                               widths, NSEG, VEC, TO_BLOCKS, BLOCK_R, BLOCK_W)  # fmt: skip
+    else:
+        _segments_tile(blk_ptr, itl_ptr, tl.program_id(0).to(tl.int64), rows, inner_rows, stride_outer, stride_inner,
+                       tiles_w, starts, widths, NSEG, VEC, TO_BLOCKS, BLOCK_R, BLOCK_W)  # fmt: skip
+
+
+@triton.jit
+def _segments_tile(
+    blk_ptr, itl_ptr, pid, rows, inner_rows, stride_outer, stride_inner, tiles_w, starts, widths,
+    NSEG: tl.constexpr, VEC: tl.constexpr, TO_BLOCKS: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_W: tl.constexpr,
+):  # fmt: skip
     per_segment = tl.cdiv(rows, BLOCK_R) * tiles_w
     k = pid // per_segment
     t = pid % per_segment
@@ -113,9 +131,11 @@ def _blocks(width: int, element_size: int) -> tuple[int, int, int]:
     return max(1, tile // block_w), block_w, 8
 
 
-def launch(blocked: torch.Tensor, interleaved: torch.Tensor, seg: Segments, *, to_blocks: bool) -> None:
+def launch(blocked: torch.Tensor, interleaved: torch.Tensor, seg: Segments, *, to_blocks: bool,
+           programs: int = 0) -> None:  # fmt: skip
     """Copy between ``blocked`` (contiguous, ``seg.numel`` elements) and the segments of ``interleaved``
-    (a tensor whose first element is the interleaved side's origin), in the direction ``to_blocks``."""
+    (a tensor whose first element is the interleaved side's origin), in the direction ``to_blocks``.
+    ``programs`` > 0 caps the grid at that many programs, each looping over its share of the tiles."""
     if seg.rows == 0 or not any(seg.widths):
         return
     es = blocked.element_size()
@@ -123,11 +143,12 @@ def launch(blocked: torch.Tensor, interleaved: torch.Tensor, seg: Segments, *, t
     vec = vector_width(es, values, (blocked.data_ptr(), interleaved.data_ptr()))
     block_r, block_w, warps = _blocks(max(seg.widths), es)
     tiles_w = cdiv(max(seg.widths), block_w)
-    grid = len(seg.widths) * cdiv(seg.rows, block_r) * tiles_w
+    grid, rounds = loop_rounds(len(seg.widths) * cdiv(seg.rows, block_r) * tiles_w, programs)
     segments_kernel[(grid,)](
         as_uint(blocked), as_uint(interleaved), seg.rows, seg.inner_rows, seg.stride_outer // vec,
         seg.stride_inner // vec, tiles_w, _opaque(s // vec for s in seg.starts), _opaque(w // vec for w in seg.widths),
-        NSEG=len(seg.widths), VEC=vec, TO_BLOCKS=to_blocks, BLOCK_R=block_r, BLOCK_W=block_w, num_warps=warps,
+        NSEG=len(seg.widths), VEC=vec, TO_BLOCKS=to_blocks, BLOCK_R=block_r, BLOCK_W=block_w, LOOP=rounds,
+        num_warps=warps,
     )  # fmt: skip
 
 
@@ -176,9 +197,24 @@ class Rows:
                                "tiles_w"])  # fmt: skip
 def rows_kernel(
     dst_ptr, src_ptr, rows, inner_rows, width, src_outer, src_inner, dst_outer, dst_inner, tiles_w,
+    VEC: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_W: tl.constexpr, LOOP: tl.constexpr = 0,
+):  # fmt: skip
+    if LOOP:
+        for i in range(LOOP):
+            t = tl.program_id(0).to(tl.int64) + i * tl.num_programs(0)
+            if t < tl.cdiv(rows, BLOCK_R) * tiles_w:
+                _rows_tile(dst_ptr, src_ptr, t, rows, inner_rows, width, src_outer, src_inner, dst_outer, dst_inner,
+                           tiles_w, VEC, BLOCK_R, BLOCK_W)  # fmt: skip
+    else:
+        _rows_tile(dst_ptr, src_ptr, tl.program_id(0).to(tl.int64), rows, inner_rows, width, src_outer, src_inner,
+                   dst_outer, dst_inner, tiles_w, VEC, BLOCK_R, BLOCK_W)  # fmt: skip
+
+
+@triton.jit
+def _rows_tile(
+    dst_ptr, src_ptr, pid, rows, inner_rows, width, src_outer, src_inner, dst_outer, dst_inner, tiles_w,
     VEC: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_W: tl.constexpr,
 ):  # fmt: skip
-    pid = tl.program_id(0).to(tl.int64)
     pid_r = pid // tiles_w
     pid_w = pid % tiles_w
     r = pid_r * BLOCK_R + tl.arange(0, BLOCK_R)
@@ -191,8 +227,9 @@ def rows_kernel(
     tl.store(dst, tl.load(src, mask=mask), mask=mask)
 
 
-def launch_rows(dst: torch.Tensor, src: torch.Tensor, spec: Rows) -> None:
-    """Copy the runs of ``spec`` from ``src`` to ``dst`` (tensors whose first elements are the origins)."""
+def launch_rows(dst: torch.Tensor, src: torch.Tensor, spec: Rows, *, programs: int = 0) -> None:
+    """Copy the runs of ``spec`` from ``src`` to ``dst`` (tensors whose first elements are the origins);
+    ``programs`` as for ``launch``."""
     if spec.rows == 0 or spec.width == 0:
         return
     es = dst.element_size()
@@ -200,10 +237,11 @@ def launch_rows(dst: torch.Tensor, src: torch.Tensor, spec: Rows) -> None:
     vec = vector_width(es, values, (dst.data_ptr(), src.data_ptr()))
     block_r, block_w, warps = _blocks(spec.width, es)
     tiles_w = cdiv(spec.width, block_w)
-    rows_kernel[(cdiv(spec.rows, block_r) * tiles_w,)](
+    grid, rounds = loop_rounds(cdiv(spec.rows, block_r) * tiles_w, programs)
+    rows_kernel[(grid,)](
         as_uint(dst), as_uint(src), spec.rows, spec.inner_rows, spec.width // vec, spec.src_outer // vec,
         spec.src_inner // vec, spec.dst_outer // vec, spec.dst_inner // vec, tiles_w,
-        VEC=vec, BLOCK_R=block_r, BLOCK_W=block_w, num_warps=warps,
+        VEC=vec, BLOCK_R=block_r, BLOCK_W=block_w, LOOP=rounds, num_warps=warps,
     )  # fmt: skip
 
 

@@ -28,7 +28,7 @@ import triton.language as tl
 
 from tileflip.dtypes import as_uint
 from tileflip.kernels.triton_common import current_stream, is_interpreted_kernel
-from tileflip.plan import MAX_GRID_YZ
+from tileflip.plan import MAX_GRID_YZ, loop_rounds
 
 
 # grid_m and grid_n only decode the program id: their divisibility buys nothing, and leaving them
@@ -51,9 +51,32 @@ def transpose_2d_kernel(
     INTERIOR: tl.constexpr,
     OUT_TILE: tl.constexpr = 0,
     EVICT_LAST: tl.constexpr = 0,
+    LOOP: tl.constexpr = 0,
 ):
+    if LOOP:
+        # A grid of G programs, fewer than the tiles (``launch_looped``): program p transposes tiles p,
+        # p + G, p + 2G, ... in the program order, LOOP rounds (a power of two, at least tiles / G; a
+        # constant, so that Triton's interpreter can run the loop too), so the kernel holds only G programs'
+        # share of the GPU.
+        for i in range(LOOP):
+            t = tl.program_id(0) + i * tl.num_programs(0)
+            if t < grid_m * grid_n:
+                _transpose_tile(x_ptr, out_ptr, t, 0, M, N, stride_xm, stride_xn, stride_om, grid_m, grid_n,
+                                BLOCK_M, BLOCK_N, GROUP_M, INDEX_64, INTERIOR, OUT_TILE, EVICT_LAST)  # fmt: skip
+    else:
+        _transpose_tile(x_ptr, out_ptr, tl.program_id(0), tl.program_id(1), M, N, stride_xm, stride_xn,
+                        stride_om, grid_m, grid_n, BLOCK_M, BLOCK_N, GROUP_M, INDEX_64, INTERIOR, OUT_TILE,
+                        EVICT_LAST)  # fmt: skip
+
+
+@triton.jit
+def _transpose_tile(
+    x_ptr, out_ptr, pid, pid_y, M, N, stride_xm, stride_xn, stride_om, grid_m, grid_n,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr, INDEX_64: tl.constexpr,
+    INTERIOR: tl.constexpr, OUT_TILE: tl.constexpr, EVICT_LAST: tl.constexpr,
+):  # fmt: skip
+    """Tile number ``pid`` (``pid_y``: the grid's y index, read in the order -1) of the kernel above."""
     # Program order: tileflip.plan.TransposeGrid.tile_of is the same decoding, for the CPU tools.
-    pid = tl.program_id(0)
     if GROUP_M == 1:
         pid_m = pid // grid_n
         pid_n = pid % grid_n
@@ -66,7 +89,7 @@ def transpose_2d_kernel(
         # Column order on a 2-D grid (grid_m x grid_n, x fastest): the same order with no decoding (the
         # launcher uses it only where grid_n fits gridDim.y).
         pid_m = pid
-        pid_n = tl.program_id(1)
+        pid_n = pid_y
     else:
         band = GROUP_M * grid_n
         first_m = (pid // band) * GROUP_M
@@ -158,6 +181,25 @@ def launch(x, out, config) -> None:
                  x.get_device(), config)  # fmt: skip
 
 
+def launch_looped(x, out, config, programs: int) -> None:
+    """``launch`` on a grid of at most ``programs`` programs, each looping over its share of the tiles.
+
+    For a transpose that runs beside other work and should take only part of the GPU (the distributed
+    operations' moves under a collective). Triton's own launch path: it is meant for large tensors,
+    where ~10 us of host time is nothing. The order -1 (a 2-D grid) becomes 0, the same order on 1-D.
+    """
+    M, N = x.shape
+    grid_m, grid_n = triton.cdiv(M, config.block_m), triton.cdiv(N, config.block_n)
+    order = 0 if config.group_m == -1 else config.group_m
+    programs, rounds = loop_rounds(grid_m * grid_n, programs)
+    transpose_2d_kernel[(programs,)](
+        as_uint(x), as_uint(out), M, N, x.stride(0), x.stride(1), out.stride(0), grid_m, grid_n,
+        BLOCK_M=config.block_m, BLOCK_N=config.block_n, GROUP_M=order,
+        INDEX_64=needs_index_64(M, N, x.stride(0), x.stride(1), out.stride(0)), INTERIOR=config.interior,
+        OUT_TILE=config.out_tile, EVICT_LAST=config.evict_last, LOOP=rounds, num_warps=config.num_warps,
+    )  # fmt: skip
+
+
 def _spec(M: int, N: int, sxm: int, sxn: int, som: int, xp: int, op: int) -> tuple:
     """Triton's specialization of the integer arguments and pointers (``triton_common.spec_key``) as one
     tuple: equal to 1, divisible by 16 (values past int32 need INDEX_64, which is in the key too)."""
@@ -176,7 +218,8 @@ def _class_of(M: int, N: int, sxm: int, sxn: int, som: int, es: int, device: int
         order = 0  # the same column order, decoded from a 1-D grid
         config = config._replace(group_m=0)
     grid = (grid_m, grid_n) if order == -1 else (grid_m * grid_n, 1)
-    scalars = (M, N, sxm, sxn, som, grid_m, grid_n, block_m, block_n, order, wide, config[4], config[6], config[7])
+    # Every argument after the pointers, the constexprs too (the C launcher takes them all); LOOP is 0.
+    scalars = (M, N, sxm, sxn, som, grid_m, grid_n, block_m, block_n, order, wide, config[4], config[6], config[7], 0)
     return (config, es, wide, device, *_spec(M, N, sxm, sxn, som, xp, op)), grid, scalars
 
 
@@ -377,7 +420,7 @@ def compile_for_target(element_size: int, config, *, arch: int = 90, unit_inner_
     signature = dict.fromkeys(names, "i32") | {"x_ptr": ptr, "out_ptr": ptr}
     constexprs = {"BLOCK_M": config.block_m, "BLOCK_N": config.block_n, "GROUP_M": config.group_m,
                   "INDEX_64": index_64, "INTERIOR": config.interior, "OUT_TILE": config.out_tile,
-                  "EVICT_LAST": config.evict_last}  # fmt: skip
+                  "EVICT_LAST": config.evict_last, "LOOP": 0}  # fmt: skip
     signature |= dict.fromkeys(constexprs, "constexpr")
     if unit_inner_stride:
         signature["stride_xn"] = "constexpr"
