@@ -155,6 +155,7 @@ def main() -> None:
         return ms
 
     sections = sys.argv[3:] or ["pairs", "calls"]
+    x = torch.randint(-(2**15), 2**15 - 1, (8, 16384, 32, 128), dtype=torch.int16, device=dev).view(torch.bfloat16)
     if "pairs" in sections:
         for k, fns in colls.items():
             alone(f"collective chunks={k}", fns)
@@ -189,7 +190,6 @@ def main() -> None:
             if me == 0:
                 name = f"dist-trace-{label.replace('=', '-')}-chunks{k}.json"
                 prof.export_chrome_trace(os.path.join(os.path.dirname(out_path), name))
-    x = torch.randint(-(2**15), 2**15 - 1, (8, 16384, 32, 128), dtype=torch.int16, device=dev).view(torch.bfloat16)
     if "host" in sections:
         # Host time of each piece of a call (perf_counter; the device has queued work, so no launch waits).
         import time
@@ -218,6 +218,65 @@ def main() -> None:
         host("transpose_plan", lambda: distributed.transpose_plan(P, me, local, rows, 16384, 1, "auto"), reps=10)
         host("whole call chunks=1", lambda: distributed.transpose(local, chunks=1), reps=10)
         host("whole call chunks=2", lambda: distributed.transpose(local, chunks=2), reps=10)
+    if "exchange" in sections:
+        # Host time of a sizes exchange over the gloo side group, in the forms it could take.
+        import time
+
+        ctx = distributed._context(None, "transpose")
+        row = [1, 0, 3, 0, 16384, 16384, 0, 0, 0]
+        table = torch.zeros(P, 9, dtype=torch.int64)
+        parts = [torch.zeros(9, dtype=torch.int64) for _ in range(P)]
+        mine = torch.tensor(row, dtype=torch.int64)
+        forms = {
+            "_exchange (all_reduce of a new table)": lambda: distributed._exchange(ctx, row),
+            "all_reduce of a kept table": lambda: dist.all_reduce(table, group=ctx.meta),
+            "all_gather into kept tensors": lambda: dist.all_gather(parts, mine, group=ctx.meta),
+            "barrier": lambda: dist.barrier(group=ctx.meta),
+        }
+        for name, fn in forms.items():
+            for _ in range(5):
+                fn()
+            t0 = time.perf_counter()
+            for _ in range(50):
+                fn()
+            us = (time.perf_counter() - t0) / 50 * 1e6
+            records.append({"label": label, "kind": "exchange", "name": name, "us": us})
+            if me == 0:
+                print(f"{label} exchange {name}: {us:.1f} us", flush=True)
+        for name, fn in (("transpose auto", lambda: distributed.transpose(local)),
+                         ("transpose chunks=1", lambda: distributed.transpose(local, chunks=1)),
+                         ("seq_to_head auto", lambda: distributed.seq_to_head(x))):  # fmt: skip
+            for _ in range(3):
+                fn()
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            for _ in range(20):
+                fn()
+            us = (time.perf_counter() - t0) / 20 * 1e6
+            torch.cuda.synchronize()
+            records.append({"label": label, "kind": "host-call", "name": name, "us": us})
+            if me == 0:
+                print(f"{label} host per call {name}: {us:.1f} us", flush=True)
+    if "cprofile" in sections:
+        # Where a call's host time goes: cProfile over back-to-back calls (rank 0 prints).
+        import cProfile
+        import pstats
+
+        for name, fn in (("transpose auto", lambda: distributed.transpose(local)),
+                         ("seq_to_head auto", lambda: distributed.seq_to_head(x))):  # fmt: skip
+            for _ in range(3):
+                fn()
+            torch.cuda.synchronize()
+            prof = cProfile.Profile()
+            prof.enable()
+            for _ in range(20):
+                fn()
+            prof.disable()
+            torch.cuda.synchronize()
+            if me == 0:
+                print(f"=== cProfile {name}, 20 calls", flush=True)
+                pstats.Stats(prof, stream=sys.stdout).sort_stats("tottime").print_stats(25)
+                pstats.Stats(prof, stream=sys.stdout).sort_stats("cumulative").print_stats(30)
     if "weights" in sections:
         # chunks="auto" cut by the given weights (tileflip.distributed.chunk_sizes), the moves beside a
         # collective on the given fraction of the SMs; also at 256 MiB per rank (8192 x 8192 fp32).

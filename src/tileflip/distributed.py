@@ -85,6 +85,7 @@ that fails before reaching a tileflip call is caught either way: the sizes excha
 from __future__ import annotations
 
 import datetime
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -123,6 +124,7 @@ AUTO_SPLIT = (3, 1)
 BESIDE_SM_FRACTION = 0.5
 
 _side_groups: dict = {}
+_groups: dict = {}
 _streams: dict = {}
 
 
@@ -135,19 +137,25 @@ class _Ctx:
     size: int
     devices: frozenset  # device types the group's data backend carries
     config: str
+    table: torch.Tensor  # the group's sizes exchange table, reused by every call
 
 
 def _context(group, op: str) -> _Ctx:
     if not dist.is_available() or not dist.is_initialized():
         raise ValueError("group: torch.distributed is not initialized; call torch.distributed.init_process_group first")
     group = dist.group.WORLD if group is None else group
-    rank = dist.get_rank(group)
-    if rank < 0:
-        raise ValueError(f"group: this process (global rank {dist.get_rank()}) is not a member of the group")
-    config = dist.get_backend_config(group)
-    devices = frozenset(part.split(":")[0] for part in config.split(",") if ":" in part)
-    meta = group if "cpu" in devices else _side_group(group)
-    return _Ctx(op, group, meta, rank, dist.get_world_size(group), devices, config)
+    known = _groups.get(group)  # what a group's rank, size and backends are does not change
+    if known is None:
+        rank = dist.get_rank(group)
+        if rank < 0:
+            raise ValueError(f"group: this process (global rank {dist.get_rank()}) is not a member of the group")
+        config = dist.get_backend_config(group)
+        devices = frozenset(part.split(":")[0] for part in config.split(",") if ":" in part)
+        meta = group if "cpu" in devices else _side_group(group)
+        size = dist.get_world_size(group)
+        known = _groups[group] = (meta, rank, size, devices, config, torch.zeros(size, _META_LEN, dtype=torch.int64))
+    meta, rank, size, devices, config, table = known
+    return _Ctx(op, group, meta, rank, size, devices, config, table)
 
 
 def _side_group(group):
@@ -185,8 +193,10 @@ def _guard(ctx: _Ctx, step: str, fn: Callable):
 def _exchange(ctx: _Ctx, row: list) -> list:
     """All ranks' metadata rows, in group rank order: the sum over ranks of a table that is zero but for
     each rank's own row (an all_reduce works in place; gloo's all_gather copies into its outputs)."""
-    zeros = [0] * len(row)
-    table = torch.tensor([row if r == ctx.rank else zeros for r in range(ctx.size)], dtype=torch.int64)
+    table = ctx.table  # calls of one group are serial on the host: one table serves them all
+    values = table.numpy()  # written through numpy: no torch op at all, no copy op in a profile
+    values[:] = 0
+    values[ctx.rank] = row
     _guard(ctx, "sizes exchange (all_reduce)", lambda: dist.all_reduce(table, group=ctx.meta))
     return table.tolist()
 
@@ -260,7 +270,12 @@ def beside_programs(device) -> int:
     on a CPU or with ``BESIDE_SM_FRACTION`` 0."""
     if device.type != "cuda" or not BESIDE_SM_FRACTION:
         return 0
-    return max(1, int(torch.cuda.get_device_properties(device).multi_processor_count * BESIDE_SM_FRACTION))
+    return max(1, int(_sm_count(device.index) * BESIDE_SM_FRACTION))
+
+
+@functools.cache
+def _sm_count(index: int) -> int:
+    return torch.cuda.get_device_properties(index).multi_processor_count
 
 
 def _chunks(table: list, largest_rank_bytes: int):
@@ -406,41 +421,55 @@ def _run(ctx: _Ctx, plan: Plan, device) -> None:
     unpack i. On CUDA the side jobs (packs, own block) run on the side stream, the collectives on the
     communication stream, the unpacks on the caller's, ordered by events (see the module's docstring)."""
     steps, own = plan.steps, plan.own
-    cuda = device.type == "cuda"
-    if cuda:
-        main = torch.cuda.current_stream(device)
-        side, comm = _side_streams(device)
-        side.wait_stream(main)  # the input and the buffers were produced on the caller's stream
-        moved = torch.cuda.Event()
+    if device.type != "cuda":
+        _run_in_order(ctx, plan)
+        return
+    main = torch.cuda.current_stream(device)
+    side, comm = _side_streams(device)
+    side.wait_stream(main)  # the input and the buffers were produced on the caller's stream
+    moved = torch.cuda.Event()
     done = []  # an event per side job run, in order
 
+    # Streams are switched with set_stream, not the torch.cuda.stream context manager: a call switches
+    # 2K + 1 times, and the context manager's device bookkeeping cost ~20 us of host time each.
     def side_job(j: int) -> None:
         job = steps[j].pack if j < len(steps) else own
-        if job is None:
-            return
-        if not cuda:
-            job()
-            return
-        with torch.cuda.stream(side):
+        if job is not None:
+            torch.cuda.set_stream(side)
             job()
             event = torch.cuda.Event()
             event.record(side)
-        done.append(event)
+            done.append(event)
+            torch.cuda.set_stream(main)
 
-    side_job(0)
-    for i, step in enumerate(steps):
-        side_job(i + 1)  # queued before collective i, which blocks the host under NCCL blocking wait
-        if cuda:
+    try:
+        side_job(0)
+        for i, step in enumerate(steps):
+            side_job(i + 1)  # queued before collective i, which blocks the host under NCCL blocking wait
             comm.wait_event(done[i])
-            with torch.cuda.stream(comm):  # a synchronous collective runs on the current stream
-                _all_to_all(ctx, plan.bufs, step, i)
-                moved.record(comm)
-            main.wait_event(moved)  # takes this record: the event is recorded again for the next step
-        else:
+            torch.cuda.set_stream(comm)  # a synchronous collective runs on the current stream
             _all_to_all(ctx, plan.bufs, step, i)
+            moved.record(comm)
+            torch.cuda.set_stream(main)
+            main.wait_event(moved)  # takes this record: the event is recorded again for the next step
+            step.unpack()
+        if own is not None:
+            main.wait_event(done[-1])
+    finally:
+        torch.cuda.set_stream(main)
+
+
+def _run_in_order(ctx: _Ctx, plan: Plan) -> None:
+    """The CPU path: the same steps in the same host order, one after the other."""
+    steps = plan.steps
+    jobs = [s.pack for s in steps] + [plan.own]
+    if jobs[0] is not None:
+        jobs[0]()
+    for i, step in enumerate(steps):
+        if jobs[i + 1] is not None:
+            jobs[i + 1]()
+        _all_to_all(ctx, plan.bufs, step, i)
         step.unpack()
-    if cuda and own is not None:
-        main.wait_event(done[-1])
 
 
 def _pack_kernels():
