@@ -236,8 +236,9 @@ def test_rows_kernel_matches_reference(dtype):
 def test_auto_chunks():
     from tileflip.distributed import AUTO_SPLIT, AUTO_SPLIT_BYTES, auto_chunks, chunk_sizes
 
-    assert auto_chunks(0) == auto_chunks(AUTO_SPLIT_BYTES - 1) == 1
-    assert auto_chunks(AUTO_SPLIT_BYTES) == auto_chunks(8 * AUTO_SPLIT_BYTES) == AUTO_SPLIT == (3, 1)
+    assert auto_chunks(0, 64) == auto_chunks(AUTO_SPLIT_BYTES - 1, 64) == 1
+    assert auto_chunks(AUTO_SPLIT_BYTES, 64) == auto_chunks(8 * AUTO_SPLIT_BYTES, 16) == AUTO_SPLIT == (3, 1)
+    assert auto_chunks(8 * AUTO_SPLIT_BYTES, 2 * 32769) == auto_chunks(8 * AUTO_SPLIT_BYTES, 24) == 1  # unaligned runs
     # Weighted pieces: cut at total * (cumulative weight) // sum, every row in exactly one piece.
     assert chunk_sizes(16384, (3, 1)) == [12288, 4096]
     assert chunk_sizes(3, (3, 1)) == [2, 1] and chunk_sizes(1, (3, 1)) == [0, 1] and chunk_sizes(0, (3, 1)) == [0, 0]
@@ -445,8 +446,13 @@ def scenario_beside(rank, world, device):
         _check_ulysses(rank, world, device, 2, [600, 500], 2 * world, 8, "float32", chunks, seed=chunks + 2)
     # chunks="auto" on the weights of a large call (3/4 and 1/4 of each rank's rows), here at any size.
     distributed.AUTO_SPLIT_BYTES = 1
-    _check_transpose(rank, world, device, [150, 97], 150, "float32", "auto", seed=7)
+    pieces = []
+    plans = distributed.transpose_plan, distributed.seq_to_head_plan
+    distributed.transpose_plan = lambda *a: pieces.append(a[5]) or plans[0](*a)
+    distributed.seq_to_head_plan = lambda *a: pieces.append(a[4]) or plans[1](*a)
+    _check_transpose(rank, world, device, [150, 97], 152, "float32", "auto", seed=7)  # rows of 608 bytes
     _check_ulysses(rank, world, device, 2, [600, 500], 2 * world, 8, "bfloat16", "auto", seed=8)
+    assert pieces == [(3, 1), (3, 1)], pieces
     return {"cases": 8, "capped": sorted(set(capped)) == ["launch", "launch_looped", "launch_rows"]}
 
 

@@ -104,7 +104,7 @@ def transpose_case(P: int, me: int, rows: list, N: int, dtype, device: str) -> C
     es = local.element_size()
     case = Case("transpose", tuple(local.shape), str(dtype).removeprefix("torch."), local.numel() * es)
     case.plan = distributed.transpose_plan(P, me, local, rows, N, 1, "auto")
-    _collectives(case, distributed.auto_chunks(max(rows) * N * es))
+    _collectives(case, distributed.auto_chunks(max(rows) * N * es, N * es))
     expected = torch.cat([x[:, n_at : n_at + n[me]].t() for x in locals_], dim=1)
 
     def deepspeed():
@@ -132,7 +132,7 @@ def seq_to_head_case(P: int, me: int, B: int, seq: list, H: int, D: int, dtype, 
     x, h = xs[me], H // P
     case = Case("seq_to_head", tuple(x.shape), str(dtype).removeprefix("torch."), x.numel() * x.element_size())
     case.plan = distributed.seq_to_head_plan(P, me, x, seq, 1, "auto")
-    _collectives(case, distributed.auto_chunks(max(seq) * B * H * D * x.element_size()))
+    _collectives(case, distributed.auto_chunks(max(seq) * B * H * D * x.element_size(), h * D * x.element_size()))
     expected = torch.cat([t[:, :, me * h : (me + 1) * h] for t in xs], dim=1)
 
     def deepspeed():
@@ -162,7 +162,7 @@ def head_to_seq_case(P: int, me: int, B: int, seq: list, H: int, D: int, dtype, 
     del xs
     case = Case("head_to_seq", tuple(y.shape), str(dtype).removeprefix("torch."), y.numel() * y.element_size())
     case.plan = distributed.head_to_seq_plan(P, me, y, seq, 1, "auto")
-    _collectives(case, distributed.auto_chunks(y.numel() * y.element_size()))
+    _collectives(case, distributed.auto_chunks(y.numel() * y.element_size(), h * D * y.element_size()))
 
     def deepspeed():
         s = seq[me]
