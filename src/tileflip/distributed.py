@@ -37,12 +37,13 @@ int16, uint16, uint32, uint64: "Invalid scalar type").
 
 Chunks and streams. ``chunks=K`` cuts each rank's rows (transpose) or sequence shard into K even
 pieces and moves them with K all-to-alls; ``chunks="auto"`` (the default) moves everything in one
-all-to-all, or, when the largest rank holds at least ``AUTO_SPLIT_BYTES`` (1 GiB), in two whose pieces
-are 3/4 and 1/4 of each rank's rows (``AUTO_SPLIT``). The first pack and the last unpack are on the
-critical path (every other pass runs under a collective), and each collective's cost depends on its
-size: on the H200 pair (NCCL 2.28, benchmarks/dist_overlap.py, 2026-12-01) one all-to-all of 512 MiB to
-the peer took 1.53 ms on 32 NCCL blocks, two of 256 MiB 0.91 ms each on 17 blocks, four of 128 MiB
-0.48 ms each, and the host spends ~1.3 ms a call (0.34 ms of it in the sizes exchange). With 1 GiB per
+all-to-all, or, when the largest rank holds at least ``AUTO_SPLIT_BYTES`` (1 GiB) and the runs the packs
+move are whole 16-byte units (``auto_chunks``), in two whose pieces are 3/4 and 1/4 of each rank's rows
+(``AUTO_SPLIT``). The first pack and the last unpack are on the critical path (every other pass runs
+under a collective), and each collective's cost depends on its size: on the H200 pair (NCCL 2.28,
+benchmarks/dist_overlap.py, 2026-12-01) one all-to-all of 512 MiB to the peer took 1.53 ms on 32 NCCL
+blocks, two of 256 MiB 0.91 ms each on 17 blocks, four of 128 MiB 0.48 ms each, and the host spends
+1.2-1.5 ms a call (0.25-0.3 ms of it in the sizes exchange over gloo). With 1 GiB per
 rank, one chunk took 1.30x the bare all-to-all of the whole tensor, two even chunks 1.35x, 1/4 + 3/4
 1.36x and 3/4 + 1/4 1.22-1.23x (a large first exchange at full rate, a short last unpack); at 256 MiB
 per rank, where the host time is most of the call, one chunk was best. Results are the same bits
