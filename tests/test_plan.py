@@ -307,3 +307,16 @@ def test_plan_text_shows_the_launch_the_table_picks():
     assert f"launched {'2-D' if grid.launch[1] > 1 else '1-D'} as {grid.launch}" in text
     if tiny.group_m == -1:
         assert "program (x, y) of the 2-D grid handles tile (x, y)" in text
+
+
+def test_loop_rounds():
+    """A capped launch: the grid is the cap, rounds the power of two that covers every tile."""
+    from tileflip.plan import loop_rounds
+
+    assert loop_rounds(10, 3) == (3, 4)  # 3 x 4 = 12 >= 10; 3 x 2 = 6 would not cover
+    assert loop_rounds(12, 3) == (3, 4) and loop_rounds(13, 3) == (3, 8)
+    assert loop_rounds(10, 10) == loop_rounds(10, 0) == loop_rounds(10, 64) == (10, 0)  # no loop: one program a tile
+    assert loop_rounds(0, 3) == (1, 0)
+    for tiles in range(1, 200):
+        grid, rounds = loop_rounds(tiles, 7)
+        assert grid * max(rounds, 1) >= tiles and (rounds == 0 or grid * rounds // 2 < tiles)
