@@ -556,12 +556,14 @@ def transpose_plan(P: int, me: int, local, rows: list, N: int, chunks: int, back
     out = torch.empty((n[me], M), dtype=local.dtype, device=local.device)
     bufs = Buffers((N - n[me]) * rows[me], n[me] * (M - rows[me]), local.dtype, local.device)
     kernel = _kernel_backend(local, backend)
-    beside = beside_programs(local.device) if P > 1 else 0
+    # Programs of the passes beside a collective (0: full grids); the torch backend has no such form.
+    beside = beside_programs(local.device) if P > 1 and kernel == "triton" else 0
+    count = _steps(P, chunks)
     # The columns bound for the other ranks: those before this rank's and those after, in rank order.
     spans = [(c0, c1) for c0, c1 in ((0, n_at[me]), (n_at[me] + n[me], N)) if c1 > c0]
     pieces = [_chunk_ranges(m, chunks) for m in rows]  # pieces[i][c]: (offset, size) of source i's chunk c
     steps, send_at, recv_at = [], 0, 0
-    for c in range(_steps(P, chunks)):
+    for c in range(count):
         (a, m_c), got = pieces[me][c], [pieces[i][c] for i in range(P)]
         out_splits = _own_splits([n[me] * m for _, m in got], me)
         steps.append(Step(
@@ -569,7 +571,7 @@ def transpose_plan(P: int, me: int, local, rows: list, N: int, chunks: int, back
             send_at=send_at, recv_at=recv_at,
             pack=_transpose_pack(local, bufs, a, m_c, send_at, spans, backend, beside * (c > 0)),
             unpack=_transpose_unpack(bufs, out, recv_at, _without(got, me), _without(row_at, me), kernel,
-                                     beside * (c < _steps(P, chunks) - 1)),
+                                     beside * (c < count - 1)),
         ))  # fmt: skip
         send_at += (N - n[me]) * m_c
         recv_at += sum(out_splits)
@@ -586,7 +588,7 @@ def _transpose_pack(local, bufs: Buffers, a: int, m_c: int, at: int, spans: list
             for c0, c1 in spans:
                 dst = bufs.typed(bufs.send, offset, (c1 - c0) * m_c).view(c1 - c0, m_c)
                 src = local[a : a + m_c, c0:c1]
-                if programs and _kernel_backend(local, backend) == "triton":
+                if programs:
                     _looped_transpose(src, dst, programs)
                 else:
                     ops.transpose(src, dst, backend=backend)
@@ -617,7 +619,7 @@ def _transpose_own(local, out, col: int, n_me: int, row: int, backend: str, prog
     kernel = _kernel_backend(local, backend)
 
     def own():
-        if programs and kernel == "triton":
+        if programs:
             _looped_transpose(src, dst, programs)
         else:
             ops._run(src, dst, kernel)
@@ -684,12 +686,13 @@ def seq_to_head_plan(P: int, me: int, x, seq: list, chunks: int, backend: str) -
     out = torch.empty((B, S, h, D), dtype=x.dtype, device=x.device)
     bufs = Buffers(B * s_me * hd * (P - 1), B * (S - s_me) * hd, x.dtype, x.device)
     kernel = _kernel_backend(x, backend)
-    beside = beside_programs(x.device) if P > 1 else 0
+    beside = beside_programs(x.device) if P > 1 and kernel == "triton" else 0  # as in transpose_plan
+    count = _steps(P, chunks)
     seq_at = _offsets(seq)
     pieces = [_chunk_ranges(s, chunks) for s in seq]
     others = _without(list(range(P)), me)
     steps, send_at, recv_at = [], 0, 0
-    for c in range(_steps(P, chunks)):
+    for c in range(count):
         (a, s_c), got = pieces[me][c], [pieces[i][c] for i in range(P)]
         # Pack: rows (b, s) of x's chunk, H * D values each; destination j's heads are the segment
         # [j * hd, (j + 1) * hd). Unpack: source i's (B, s_ic, h, D) block is, for each b, one run of
@@ -706,7 +709,7 @@ def seq_to_head_plan(P: int, me: int, x, seq: list, chunks: int, backend: str) -
             in_splits=_own_splits([B * s_c * hd] * P, me), out_splits=_own_splits([B * s * hd for _, s in got], me),
             send_at=send_at, recv_at=recv_at,
             pack=_packer(bufs, x[:, a:], send_at, pack, kernel, beside * (c > 0)),
-            unpack=_unpacker(bufs, out, recv_at, unpack, kernel, beside * (c < _steps(P, chunks) - 1)),
+            unpack=_unpacker(bufs, out, recv_at, unpack, kernel, beside * (c < count - 1)),
         ))  # fmt: skip
         send_at += pack.numel
         recv_at += unpack.numel
@@ -781,12 +784,13 @@ def head_to_seq_plan(P: int, me: int, x, seq: list, chunks: int, backend: str) -
     out = torch.empty((B, seq[me], H, D), dtype=x.dtype, device=x.device)
     bufs = Buffers(B * (S - seq[me]) * hd, B * seq[me] * hd * (P - 1), x.dtype, x.device)
     kernel = _kernel_backend(x, backend)
-    beside = beside_programs(x.device) if P > 1 else 0
+    beside = beside_programs(x.device) if P > 1 and kernel == "triton" else 0  # as in transpose_plan
+    count = _steps(P, chunks)
     seq_at = _offsets(seq)
     pieces = [_chunk_ranges(s, chunks) for s in seq]
     others = _without(list(range(P)), me)
     steps, send_at, recv_at = [], 0, 0
-    for c in range(_steps(P, chunks)):
+    for c in range(count):
         (a, s_c), sent = pieces[me][c], [pieces[i][c] for i in range(P)]
         # Pack: per batch row of x, destination j's sequence chunk is one run of s_jc * hd values.
         pack = _pack_kernels().Segments(
@@ -803,7 +807,7 @@ def head_to_seq_plan(P: int, me: int, x, seq: list, chunks: int, backend: str) -
             in_splits=_own_splits([B * s * hd for _, s in sent], me), out_splits=_own_splits([B * s_c * hd] * P, me),
             send_at=send_at, recv_at=recv_at, pack=_packer(bufs, x, send_at, pack, kernel, beside * (c > 0)),
             unpack=_unpacker(bufs, out.view(-1)[a * H * D :], recv_at, unpack, kernel,
-                             beside * (c < _steps(P, chunks) - 1)),
+                             beside * (c < count - 1)),
         ))  # fmt: skip
         send_at += pack.numel
         recv_at += unpack.numel

@@ -197,6 +197,7 @@ def launch_looped(x, out, config, programs: int) -> None:
         BLOCK_M=config.block_m, BLOCK_N=config.block_n, GROUP_M=order,
         INDEX_64=needs_index_64(M, N, x.stride(0), x.stride(1), out.stride(0)), INTERIOR=config.interior,
         OUT_TILE=config.out_tile, EVICT_LAST=config.evict_last, LOOP=rounds, num_warps=config.num_warps,
+        **({"maxnreg": config.maxnreg} if config.maxnreg and not _INTERPRETED else {}),
     )  # fmt: skip
 
 
