@@ -258,6 +258,37 @@ def test_vector_width():
     assert vector_width(8, (3,), (0,)) == 1
 
 
+@pytest.mark.parametrize("backend", ["auto", "torch"])
+def test_passes_beside_a_collective_run_on_a_capped_grid(monkeypatch, backend):
+    """The schedule of a 2-piece call: pack 0 and the last unpack on full grids; the later pack, the
+    earlier unpack and the own block's move on the capped grid (Triton backends only), for transpose and
+    seq_to_head. The launchers are replaced by recorders: only the plan's choices are under test."""
+    from tileflip import distributed
+    from tileflip.kernels import triton_pack, triton_transpose
+
+    calls = []
+    monkeypatch.setattr(distributed, "beside_programs", lambda device: 5)
+    monkeypatch.setattr(triton_transpose, "launch_looped", lambda src, dst, config, programs: calls.append(programs))
+    monkeypatch.setattr(triton_pack, "launch", lambda *a, programs=0, **k: calls.append(programs))
+    monkeypatch.setattr(triton_pack, "launch_rows", lambda *a, programs=0: calls.append(programs))
+    monkeypatch.setattr(triton_pack, "reference", lambda *a, **k: calls.append("torch"))
+    monkeypatch.setattr(triton_pack, "reference_rows", lambda *a: calls.append("torch"))
+    monkeypatch.setattr(distributed.ops, "transpose", lambda src, dst, backend: calls.append(f"full {backend}"))
+    monkeypatch.setattr(distributed.ops, "_run", lambda src, dst, kernel: calls.append(f"full {kernel}"))
+    transpose = distributed.transpose_plan(2, 0, torch.zeros(40, 24), [40, 36], 24, (3, 1), backend)
+    ulysses = distributed.seq_to_head_plan(2, 1, torch.zeros(2, 8, 4, 4), [8, 8], (3, 1), backend)
+    expected = {  # pack 0, pack 1, unpack 0, unpack 1, own block
+        "auto": (["full auto", 5, 5, 0, 5], [0, 5, 5, 0, 5]),
+        "torch": (["full torch", "full torch", "torch", "torch", "full torch"], ["torch"] * 5),
+    }[backend]
+    for plan, want in zip((transpose, ulysses), expected):
+        calls.clear()
+        assert len(plan.steps) == 2
+        for job in (plan.steps[0].pack, plan.steps[1].pack, plan.steps[0].unpack, plan.steps[1].unpack, plan.own):
+            job()
+        assert calls == want
+
+
 def test_split_sizes_are_tensor_splits():
     from tileflip.distributed import split_sizes
 
