@@ -57,6 +57,7 @@ for step in "$@"; do
     dist-overlap) for e in ${DIST_ENVS:-default}; do
                     run "dist-overlap-$e" 200 env $([ "$e" != default ] && echo "$e") python3 -m torch.distributed.run \
                       --standalone --nproc-per-node 2 benchmarks/dist_overlap.py "$OUT/dist-overlap.json" "$e" ${DIST_SECTIONS:-}; done ;;
+    unaligned-vec) run unaligned-vec 300 python3 benchmarks/unaligned_vec.py "$OUT/unaligned-vec.json" ;;
     dist-bench) run dist-bench 300 python3 -m torch.distributed.run --standalone --nproc-per-node 2 -m tileflip.bench_distributed --out "$OUT/h200x2-distributed.json" ;;
     *) echo "unknown step $step" | tee -a "$LOG" ;;
   esac
