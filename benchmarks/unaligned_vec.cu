@@ -38,14 +38,17 @@ __device__ __forceinline__ int swz(int r, int w, int group_shift) {
     return r * WORDS + (w ^ (((r >> group_shift) & 7) << 2));
 }
 
-template <int ES>
+// ALIGNED: every row piece starts on a 16-byte boundary (the caller checked the base and the row stride),
+// so no shift and no shuffle. COL_ORDER: consecutive blocks walk down a column of tiles (else along a row).
+template <int ES, bool ALIGNED, bool COL_ORDER>
 __device__ __forceinline__ void transpose_vec(const u8* __restrict__ in, u8* __restrict__ out, i64 M, i64 N,
                                               i64 sxm, i64 grid_m) {
     __shared__ u32 tile[ROWS * WORDS];
     constexpr int COLS = ROW_BYTES / ES;           // tile columns (output rows)
     constexpr int GROUP_SHIFT = ES == 1 ? 4 : 3;   // log2 of the rows one 16-byte output piece holds
-    const i64 tile_m = blockIdx.x % grid_m;
-    const i64 tile_n = blockIdx.x / grid_m;
+    const i64 grid_n = (N + COLS - 1) / COLS;
+    const i64 tile_m = COL_ORDER ? blockIdx.x % grid_m : blockIdx.x / grid_n;
+    const i64 tile_n = COL_ORDER ? blockIdx.x / grid_m : blockIdx.x % grid_n;
     const i64 row0 = tile_m * ROWS;
     const i64 col0 = tile_n * COLS;
     const int tid = threadIdx.x;
@@ -70,11 +73,17 @@ __device__ __forceinline__ void transpose_vec(const u8* __restrict__ in, u8* __r
         w[pass] = make_uint4(0, 0, 0, 0);
         e[pass] = make_uint4(0, 0, 0, 0);
         if (row_ok && mine <= last) w[pass] = *reinterpret_cast<const uint4*>(mine);
-        if (row_ok && part == 7 && shift[pass] && base + 128 <= last) e[pass] = *reinterpret_cast<const uint4*>(base + 128);
+        if (!ALIGNED && row_ok && part == 7 && shift[pass] && base + 128 <= last) {
+            e[pass] = *reinterpret_cast<const uint4*>(base + 128);
+        }
     }
 #pragma unroll
     for (int pass = 0; pass < 4; ++pass) {
         const int r = pass * 32 + (tid >> 3);
+        if (ALIGNED) {
+            *reinterpret_cast<uint4*>(&tile[swz(r, 4 * part, GROUP_SHIFT)]) = w[pass];
+            continue;
+        }
         uint4 n;
         n.x = __shfl_down_sync(0xffffffffu, w[pass].x, 1);
         n.y = __shfl_down_sync(0xffffffffu, w[pass].y, 1);
@@ -150,12 +159,15 @@ __device__ __forceinline__ void transpose_vec(const u8* __restrict__ in, u8* __r
     }
 }
 
-extern "C" __global__ void __launch_bounds__(256) transpose_vec_u8(const u8* in, u8* out, i64 M, i64 N, i64 sxm,
-                                                                   i64 grid_m) {
-    transpose_vec<1>(in, out, M, N, sxm, grid_m);
-}
+#define VEC_KERNEL(NAME, ES, ALIGNED, COL_ORDER)                                                            \
+    extern "C" __global__ void __launch_bounds__(256) NAME(const u8* in, u8* out, i64 M, i64 N, i64 sxm, i64 grid_m) { \
+        transpose_vec<ES, ALIGNED, COL_ORDER>(in, out, M, N, sxm, grid_m);                                  \
+    }
 
-extern "C" __global__ void __launch_bounds__(256) transpose_vec_u16(const u8* in, u8* out, i64 M, i64 N, i64 sxm,
-                                                                    i64 grid_m) {
-    transpose_vec<2>(in, out, M, N, sxm, grid_m);
-}
+VEC_KERNEL(transpose_vec_u8, 1, false, true)
+VEC_KERNEL(transpose_vec_u16, 2, false, true)
+VEC_KERNEL(transpose_vec_u8_rows, 1, false, false)
+VEC_KERNEL(transpose_vec_u16_rows, 2, false, false)
+VEC_KERNEL(transpose_vec_u8_aligned, 1, true, true)
+VEC_KERNEL(transpose_vec_u16_aligned, 2, true, true)
+VEC_KERNEL(transpose_vec_u8_aligned_rows, 1, true, false)

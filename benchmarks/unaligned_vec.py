@@ -23,22 +23,31 @@ from tileflip.timing import device_times
 CU = Path(__file__).with_name("unaligned_vec.cu")
 
 
+VARIANTS = ("", "_rows", "_aligned", "_aligned_rows")  # kernel name suffixes (see the .cu file)
+
+
 def kernels():
     module = cupy.RawModule(code=CU.read_text(), options=("--std=c++17",))
-    return {1: module.get_function("transpose_vec_u8"), 2: module.get_function("transpose_vec_u16")}
+    names = {(es, v): f"transpose_vec_u{8 * es}{v}" for es in (1, 2) for v in VARIANTS}
+    return {key: module.get_function(name) for key, name in names.items() if key != (2, "_aligned_rows")}
 
 
-def launcher(funcs, x, out):
+def aligned(x) -> bool:
+    return x.data_ptr() % 16 == 0 and (x.stride(0) * x.element_size()) % 16 == 0
+
+
+def launcher(funcs, x, out, variant=""):
     """A callable launching the experiment's kernel for x (M x N view, unit column stride) into out."""
     M, N = x.shape
     es = x.element_size()
     assert x.stride(1) == 1 and (M * es) % 16 == 0 and out.data_ptr() % 16 == 0 and out.is_contiguous()
+    assert aligned(x) or "aligned" not in variant
     ints = {1: torch.int8, 2: torch.int16}[es]
     xs = cupy.asarray(x.view(ints))
     os_ = cupy.asarray(out.view(ints))
     grid_m, grid_n = -(-M // 128), -(-N // (128 // es))
     args = (xs, os_, cupy.int64(M), cupy.int64(N), cupy.int64(x.stride(0)), cupy.int64(grid_m))
-    fn = funcs[es]
+    fn = funcs[(es, variant)]
     return lambda: fn((grid_m * grid_n,), (256,), args)
 
 
@@ -62,34 +71,45 @@ def main() -> None:
     for dtype in (torch.int8, torch.bfloat16):
         for rows, cols, stride, offset in [(1008, 999, 999, 0), (40, 1001, 1003, 3), (128, 256, 257, 5),
                                            (136, 300, 301, 7), (16, 17, 17, 1), (2048, 4095, 4095, 0),
-                                           (8, 129, 131, 13), (256, 64, 4097, 9)]:  # fmt: skip
+                                           (8, 129, 131, 13), (256, 64, 4097, 9), (1024, 999, 1024, 0),
+                                           (384, 1000, 1008, 16)]:  # fmt: skip
             es = torch.empty((), dtype=dtype).element_size()
             if (rows * es) % 16:
                 continue
             x = source(rows, cols, offset, dtype, stride)
-            out = torch.full((cols * rows * es,), -91, dtype=torch.int8, device="cuda").view(dtype).view(cols, rows)
-            launcher(funcs, x, out)()
-            torch.cuda.synchronize()
-            checks.append({"dtype": str(dtype), "shape": [rows, cols], "stride": stride, "offset": offset,
-                           "exact": same(out, x.t())})  # fmt: skip
-            print("check", checks[-1], flush=True)
+            for variant in VARIANTS:
+                if (es, variant) not in funcs or ("aligned" in variant and not aligned(x)):
+                    continue
+                out = torch.full((cols * rows * es,), -91, dtype=torch.int8, device="cuda").view(dtype).view(cols, rows)
+                launcher(funcs, x, out, variant)()
+                torch.cuda.synchronize()
+                checks.append({"dtype": str(dtype), "shape": [rows, cols], "stride": stride, "offset": offset,
+                               "variant": variant, "exact": same(out, x.t())})  # fmt: skip
+                print("check", checks[-1], flush=True)
     # Speed.
     cases = [("int8 8192x8191", torch.int8, 8192, 8191, 8191, 0),
              ("bf16 8192x8191", torch.bfloat16, 8192, 8191, 8191, 0),
              ("int8 16384x16383", torch.int8, 16384, 16383, 16383, 0),
              ("bf16 16384x16383", torch.bfloat16, 16384, 16383, 16383, 0),
              ("bf16 distributed pack 8288 x 16384 of stride 32769", torch.bfloat16, 8288, 16384, 32769, 16385),
-             ("int8 8192x8192 (aligned, reference)", torch.int8, 8192, 8192, 8192, 0)]  # fmt: skip
+             ("int8 8192x8192 (aligned)", torch.int8, 8192, 8192, 8192, 0),
+             ("int8 16384x16384 (aligned)", torch.int8, 16384, 16384, 16384, 0),
+             ("bf16 16384x16384 (aligned)", torch.bfloat16, 16384, 16384, 16384, 0)]  # fmt: skip
     for name, dtype, rows, cols, stride, offset in cases:
         x = source(rows, cols, offset, dtype, stride)
         out = torch.empty((cols, rows), dtype=dtype, device="cuda")
         src = torch.empty(rows * cols * x.element_size(), dtype=torch.uint8, device="cuda")
         dst = torch.empty_like(src)
-        vec = launcher(funcs, x, out)
-        vec()
-        exact_vec = same(out, x.t())
         fns = {"copy": lambda: dst.copy_(src), "triton": lambda: tileflip.transpose(x, out, backend="triton"),
-               "auto": lambda: tileflip.transpose(x, out), "vec": vec}  # fmt: skip
+               "auto": lambda: tileflip.transpose(x, out)}  # fmt: skip
+        exact_vec = True
+        for variant in VARIANTS:
+            if (x.element_size(), variant) not in funcs or ("aligned" in variant and not aligned(x)):
+                continue
+            fns["vec" + variant] = launcher(funcs, x, out, variant)
+            out.fill_(0)
+            fns["vec" + variant]()
+            exact_vec &= same(out, x.t())
         times = {k: [] for k in fns}
         for _ in range(3):
             for k, fn in fns.items():

@@ -80,6 +80,8 @@ def check_cubin(elf: bytes) -> None:
         # Both tiles are 32 x 32 elements; the padded one has one more column of 32 elements.
         assert unpadded >= 32 * 32 * itemsize
         assert padded - unpadded == 32 * itemsize
+    for bits in cuda_transpose.VARIANT_BITS["vec"]:  # a 128 x 128-byte tile, whatever the element size
+        assert static_shared_bytes(elf, f"transpose_vec_u{bits}") == 128 * 128
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -96,8 +98,9 @@ def nvrtc_cubin() -> bytes:
 
 def test_kernel_names_cover_every_variant_and_size():
     names = cuda_transpose.kernel_names()
-    assert len(names) == len(set(names)) == 3 * 4
+    assert len(names) == len(set(names)) == 3 * 4 + 2  # vec: 1- and 2-byte elements only
     assert "transpose_naive_u32" in names and "transpose_tiled_nopad_u8" in names
+    assert "transpose_vec_u8" in names and "transpose_vec_u16" in names and "transpose_vec_u32" not in names
 
 
 @pytest.mark.parametrize("name", cuda_transpose.kernel_names())

@@ -21,6 +21,10 @@ pytest.importorskip("cuda.bindings", reason="the CUDA backend needs cuda-python:
 
 from tileflip.kernels import cuda_transpose  # noqa: E402 (after the importorskip)
 
+# The variants that take any input; vec (1- and 2-byte elements, unit column stride, 16-byte output rows)
+# has tests of its own below.
+GENERAL = tuple(v for v in cuda_transpose.VARIANTS if v != "vec")
+
 SIGNED = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 UNSIGNED = {1: torch.uint8, 2: torch.uint16, 4: torch.uint32, 8: torch.uint64}
 SIZES = tuple(UNSIGNED)
@@ -91,18 +95,18 @@ CASES = {
 
 @pytest.mark.parametrize("case", list(CASES))
 @pytest.mark.parametrize("size", SIZES, ids=lambda s: f"u{8 * s}")
-@pytest.mark.parametrize("variant", cuda_transpose.VARIANTS)
+@pytest.mark.parametrize("variant", GENERAL)
 def test_launch_matches_torch(variant, size, case):
     run(CASES[case](size), variant)
 
 
-@pytest.mark.parametrize("variant", cuda_transpose.VARIANTS)
+@pytest.mark.parametrize("variant", GENERAL)
 def test_more_tiles_than_grid_y_allows(variant):
     # Over 2**17 rows of tiles: a 2-D grid would need gridDim.y > 65535, the 1-D grid does not.
     run(random_signed((32 * 2**17 + 3, 2), 1), variant)
 
 
-@pytest.mark.parametrize("variant", cuda_transpose.VARIANTS)
+@pytest.mark.parametrize("variant", GENERAL)
 def test_non_default_stream(variant):
     x = random_signed((300, 500), 4)
     stream = torch.cuda.Stream()
@@ -111,7 +115,7 @@ def test_non_default_stream(variant):
         run(x, variant)
 
 
-@pytest.mark.parametrize("variant", cuda_transpose.VARIANTS)
+@pytest.mark.parametrize("variant", GENERAL)
 def test_cuda_graph_capture(variant):
     # Capture fails if the launch goes to any stream other than PyTorch's current (capturing) one.
     x = random_signed((129, 70), 8)
@@ -132,21 +136,21 @@ def test_launch_from_a_fresh_thread():
     # The launch is the thread's first CUDA call, so no context is current there: the launcher must
     # bind the primary context itself, or a launch on the NULL stream fails.
     x = random_signed((33, 70), 2)
-    outs = [poisoned_output(x) for _ in cuda_transpose.VARIANTS]
+    outs = [poisoned_output(x) for _ in GENERAL]
     torch.cuda.synchronize()
 
     def work():
-        for variant, (out, _) in zip(cuda_transpose.VARIANTS, outs):
+        for variant, (out, _) in zip(GENERAL, outs):
             cuda_transpose.launch(x.view(torch.uint16), out, variant)
 
     # A fresh one-thread pool: .result() re-raises here whatever the worker thread raised.
     with ThreadPoolExecutor(max_workers=1) as pool:
         pool.submit(work).result()
-    for variant, (out, buffer) in zip(cuda_transpose.VARIANTS, outs):
+    for variant, (out, buffer) in zip(GENERAL, outs):
         check(x, out, buffer, variant)
 
 
-@pytest.mark.parametrize("variant", cuda_transpose.VARIANTS)
+@pytest.mark.parametrize("variant", GENERAL)
 def test_offsets_past_32_bits(variant):
     # 2**31 + a few elements of 1 byte: 32-bit offsets would wrap on the last rows.
     M, N = 46341, 46341  # M * N = 2_147_488_281 > 2**31
@@ -156,4 +160,55 @@ def test_offsets_past_32_bits(variant):
     x = random_signed((M, N), 1)
     out = torch.empty((N, M), dtype=torch.uint8, device="cuda").fill_(POISON)
     cuda_transpose.launch(x.view(torch.uint8), out, variant)
+    assert torch.equal(out.view(torch.int8), x.t().contiguous())
+
+
+# ---------------------------------------------------------------------------------------------------
+# vec: 16-byte accesses whatever the input rows' alignment
+# ---------------------------------------------------------------------------------------------------
+
+VEC_CASES = {
+    # (rows, columns, row stride, offset of the first element): M is a multiple of 16 / size.
+    "odd stride 128x257": (128, 257, 257, 0),
+    "odd stride 1024x999": (1024, 999, 999, 0),
+    "partial tiles 48x33": (48, 33, 33, 0),
+    "one column 16x1": (16, 1, 1, 0),
+    "every start offset 304x1000 of 1003": (304, 1000, 1003, 5),
+    "offset 13, stride 4097, 256x64": (256, 64, 4097, 13),
+    "aligned 256x512": (256, 512, 512, 0),
+    "long rows 64x20001": (64, 20001, 20011, 7),
+}
+
+
+def vec_input(case: str, size: int) -> torch.Tensor:
+    rows, cols, stride, offset = VEC_CASES[case]
+    rows = rows if rows * size % 16 == 0 else rows * 2
+    return random_signed((rows * stride + offset,), size)[offset:].view(rows, stride)[:, :cols]
+
+
+@pytest.mark.parametrize("case", list(VEC_CASES))
+@pytest.mark.parametrize("size", (1, 2), ids=lambda s: f"u{8 * s}")
+def test_vec_matches_torch(size, case):
+    """Every misalignment of a row's start (odd strides, offset origins), partial tiles on both sides,
+    rows far longer than a tile; the output inside guard bands."""
+    run(vec_input(case, size), "vec")
+
+
+def test_vec_expanded_rows_and_stream():
+    """Stride 0 (every row the same memory), on a stream of its own."""
+    x = random_signed((1, 77), 2).expand(64, 77)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        run(x, "vec")
+
+
+def test_vec_offsets_past_32_bits():
+    M, N = 46352, 46341  # M * N > 2**31, M a multiple of 16
+    free, _ = torch.cuda.mem_get_info()
+    if free < 8 * M * N:
+        pytest.skip(f"needs {8 * M * N / 2**30:.0f} GiB of free GPU memory")
+    x = random_signed((M, N), 1)
+    out = torch.empty((N, M), dtype=torch.uint8, device="cuda").fill_(POISON)
+    cuda_transpose.launch(x.view(torch.uint8), out, "vec")
     assert torch.equal(out.view(torch.int8), x.t().contiguous())

@@ -422,3 +422,46 @@ def test_fast_path_reuses_the_compiled_kernel():
     assert triton_transpose.launches_compiled() == held
     # Plain kernels (no scratch memory, no launch hooks) go through triton's C launcher directly.
     assert triton_transpose.launches_direct() == held
+
+
+def test_vec_refusal_names_the_requirement():
+    """What the cuda-vec kernel cannot take, and why (a pure rule, checked on the CPU)."""
+    from tileflip.ops import vec_refusal
+
+    assert vec_refusal(1, 1, 8192, 0) is None and vec_refusal(2, 1, 8, 4096) is None
+    assert "1- and 2-byte" in vec_refusal(4, 1, 8192, 0)
+    assert "stride 1" in vec_refusal(1, 8192, 8192, 0)
+    assert "16-byte units" in vec_refusal(1, 1, 8191, 0) and "16-byte units" in vec_refusal(2, 1, 4, 0)
+    assert "16-byte boundary" in vec_refusal(2, 1, 8, 2)
+
+
+def test_cuda_vec_refuses_a_cpu_tensor():
+    with pytest.raises(ValueError, match="backend='cuda-vec' needs a CUDA tensor"):
+        tileflip.transpose(torch.zeros(16, 3, dtype=torch.int8), backend="cuda-vec")
+
+
+@pytest.mark.gpu
+def test_cuda_vec_refusals_and_auto_fallback(monkeypatch):
+    """backend='cuda-vec' refuses what it cannot take with the reason; 'auto' sends a 1-byte unaligned
+    case to it where the call qualifies and to the Triton kernel where it does not, exact either way."""
+    from tileflip import ops, tuning
+    from tileflip.kernels import cuda_transpose
+
+    x = random_bits((2048, 4095), torch.int8, "cuda", seed=3)  # 8 MiB, rows of 4095 bytes: "unaligned"
+    for bad, fragment in [(x.to(torch.int32), "1- and 2-byte"), (x.t(), "stride 1"), (x[:2047], "16-byte units")]:
+        with pytest.raises(ValueError, match=f"backend='cuda-vec' cannot take this call: .*{fragment}"):
+            tileflip.transpose(bad, backend="cuda-vec")
+    buffer = poisoned((4095 * 2048 + 1,), torch.int8, "cuda")
+    with pytest.raises(ValueError, match="16-byte boundary"):
+        tileflip.transpose(x, buffer[1:].view(4095, 2048), backend="cuda-vec")
+    assert tuning.auto_for(2048, 4095, 1, 4095) == "cuda-vec"
+    ran = []
+    launch_known = cuda_transpose.launch_known
+    monkeypatch.setattr(cuda_transpose, "direct_launch", lambda *args: None)  # every call takes launch_known
+    monkeypatch.setattr(cuda_transpose, "launch_known", lambda *args: ran.append(args[-1]) or launch_known(*args))
+    ops._prepared.clear()
+    for source, out, kernel in [(x, None, ["vec"]), (x, buffer[1:].view(4095, 2048), []), (x[:2040], None, [])]:
+        ran.clear()
+        result = tileflip.transpose(source, out)
+        assert_bits_equal(result.contiguous() if out is None else result.clone(), source.t())
+        assert ran == kernel, (source.shape, ran)

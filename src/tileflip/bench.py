@@ -41,7 +41,7 @@ SUITES = {
     },
 }  # fmt: skip
 
-TILEFLIP_BACKENDS = ["triton", "triton-gather", "cuda-naive", "cuda-tiled", "cuda-tiled-nopad", "auto"]
+TILEFLIP_BACKENDS = ["triton", "triton-gather", "cuda-naive", "cuda-tiled", "cuda-tiled-nopad", "cuda-vec", "auto"]
 PEERS = ["torch-contiguous", "torch-copy", "torch-compile", "cupy", "xla"]
 
 
@@ -162,6 +162,7 @@ def op_functions(case: Case, x, out, backends):
     import torch
 
     import tileflip
+    from tileflip import ops
 
     fns, notes = [], {}
     if case.perm is not None:
@@ -178,7 +179,10 @@ def op_functions(case: Case, x, out, backends):
                 fns.append((b, lambda: compiled(x)))
         return fns, notes
     for b in backends:
-        if b in TILEFLIP_BACKENDS:
+        refusal = b == "cuda-vec" and ops.vec_refusal(x.element_size(), x.stride(1), x.shape[0], out.data_ptr())
+        if refusal:
+            notes[b] = f"not for this case: {refusal}"
+        elif b in TILEFLIP_BACKENDS:
             fns.append((b, lambda b=b: tileflip.transpose(x, out, backend=b)))
         elif b == "torch-contiguous":
             fns.append((b, lambda: x.t().contiguous()))

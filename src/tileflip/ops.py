@@ -12,6 +12,9 @@ Backends:
 * ``"triton-gather"``: the Triton gather kernel (one lane per output element, no shared memory), the
   shortest program for launch-bound tiny and thin shapes; same device rules as ``"triton"``.
 * ``"cuda-naive"``, ``"cuda-tiled"``, ``"cuda-tiled-nopad"``: the CUDA C++ kernels (CUDA tensors only).
+* ``"cuda-vec"``: the CUDA C++ kernel with 16-byte accesses for 1- and 2-byte elements whose rows need
+  not start on 16-byte boundaries; a call it cannot take (``vec_refusal``) is refused with the reason.
+  ``"auto"`` picks it where the table names it and the call qualifies, else the Triton kernel.
 * ``"torch"``: ``out.copy_(x.t())``, the reference path, on any device.
 * ``"auto"``: on a CUDA tensor, the backend the committed tuning table names for the case; on a CPU
   tensor, ``"triton"`` under the interpreter and ``"torch"`` otherwise.
@@ -25,9 +28,23 @@ import torch
 
 from tileflip import dtypes, plan, tuning
 
-BACKENDS = ("auto", "triton", "triton-gather", "cuda-naive", "cuda-tiled", "cuda-tiled-nopad", "torch")
+BACKENDS = ("auto", "triton", "triton-gather", "cuda-naive", "cuda-tiled", "cuda-tiled-nopad", "cuda-vec", "torch")
 TRITON_BACKENDS = ("triton", "triton-gather")
-CUDA_BACKENDS = {"cuda-naive": "naive", "cuda-tiled": "tiled", "cuda-tiled-nopad": "tiled_nopad"}
+CUDA_BACKENDS = {"cuda-naive": "naive", "cuda-tiled": "tiled", "cuda-tiled-nopad": "tiled_nopad", "cuda-vec": "vec"}
+
+
+def vec_refusal(element_size: int, sxn: int, M: int, out_address: int) -> str | None:
+    """Why the ``cuda-vec`` kernel cannot take a call (None: it can). It moves 16-byte pieces of output
+    rows, each 16 / element_size input rows long, and reads input rows as 16-byte words."""
+    if element_size not in (1, 2):
+        return f"it moves 1- and 2-byte elements, got {element_size}-byte ones"
+    if sxn != 1:
+        return f"x's columns must be adjacent (stride 1), got stride {sxn}"
+    if M * element_size % 16:
+        return f"out's rows must be whole 16-byte units: x's {M} rows of {element_size} bytes are not"
+    if out_address % 16:
+        return "out must start on a 16-byte boundary"
+    return None
 
 _triton_module = None
 _cuda_module = None
@@ -153,6 +170,11 @@ def _run(x: torch.Tensor, out: torch.Tensor, backend: str) -> None:
     else:
         from tileflip.kernels import cuda_transpose
 
+        if backend == "cuda-vec":
+            reason = vec_refusal(x.element_size(), x.stride(1), x.shape[0], out.data_ptr())
+            if reason is not None:
+                raise ValueError(f"backend='cuda-vec' cannot take this call: {reason} (backend='auto' picks "
+                                 "another kernel for it)")  # fmt: skip
         cuda_transpose.launch(x, out, CUDA_BACKENDS[backend])
 
 
@@ -225,6 +247,10 @@ def _prepare(key: tuple):
         return None
     if backend == "auto":
         backend = tuning.auto_for(M, N, es, sxm)
+        if backend == "cuda-vec" and vec_refusal(es, sxn, M, oa) is not None:
+            backend = "triton"
+    elif backend == "cuda-vec" and vec_refusal(es, sxn, M, oa) is not None:
+        return None  # the checked path says why
     spans = ((M - 1) * sxm + (N - 1) * sxn + 1) * es, M * N * es
     if backend == "triton":
         config = tuning.triton_config(es, (M, N), sxm)
@@ -268,6 +294,8 @@ def _transpose(x: torch.Tensor, out: torch.Tensor | None, backend: str) -> torch
         check_out(x, out, (N, M))
     if x.numel() == 0:
         return out
+    if backend == "auto" and chosen == "cuda-vec" and vec_refusal(x.element_size(), x.stride(1), M, out.data_ptr()):
+        chosen = "triton"
     _on_device_of(x, _run, x, out, chosen)
     return out
 

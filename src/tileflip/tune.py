@@ -124,7 +124,7 @@ def auto_from_bench(records: list[dict]) -> dict:
     from tileflip.plan import element_size
 
     med = medians([r for r in records if r["op"] in ("copy", "transpose")])
-    candidates = ["triton", "triton-gather", "cuda-naive", "cuda-tiled", "cuda-tiled-nopad"]
+    candidates = ["triton", "triton-gather", "cuda-naive", "cuda-tiled", "cuda-tiled-nopad", "cuda-vec"]
     classes: dict = {}
     for (shape, dtype, backend), (ms, _, _) in med.items():
         if backend in candidates:

@@ -20,15 +20,25 @@ from tileflip.plan import transpose_grid
 
 CU_FILE = Path(__file__).with_name("cuda") / "transpose.cu"
 
-VARIANTS = ("naive", "tiled", "tiled_nopad")
+VARIANTS = ("naive", "tiled", "tiled_nopad", "vec")
 ELEMENT_BITS = (8, 16, 32, 64)
+VARIANT_BITS = {"vec": (8, 16)}  # element widths a variant exists for (default: every one)
 
-# variant -> (tile rows, tile cols, thread block); must match the constants in transpose.cu.
+# variant -> (tile rows, tile cols, thread block); must match the constants in transpose.cu. The vec
+# tile is 128 rows x 128 bytes: its column count is 128 / element size (``geometry``).
 GEOMETRY = {
     "naive": (16, 16, (16, 16, 1)),
     "tiled": (32, 32, (32, 8, 1)),
     "tiled_nopad": (32, 32, (32, 8, 1)),
+    "vec": (128, 128, (256, 1, 1)),
 }
+
+
+def geometry(variant: str, element_size: int) -> tuple:
+    """(tile rows, tile cols, thread block) of a variant for an element size."""
+    rows, cols, block = GEOMETRY[variant]
+    return (rows, cols // element_size, block) if variant == "vec" else (rows, cols, block)
+
 
 def kernel_name(variant: str, bits: int) -> str:
     return f"transpose_{variant}_u{bits}"
@@ -36,7 +46,7 @@ def kernel_name(variant: str, bits: int) -> str:
 
 def kernel_names() -> tuple[str, ...]:
     """Every ``extern "C"`` kernel that transpose.cu defines."""
-    return tuple(kernel_name(v, b) for v in VARIANTS for b in ELEMENT_BITS)
+    return tuple(kernel_name(v, b) for v in VARIANTS for b in VARIANT_BITS.get(v, ELEMENT_BITS))
 
 
 def compile_cubin(arch: int = 90, *, use_cache: bool = True) -> dict[str, bytes]:
@@ -51,9 +61,9 @@ def _arch(device: int) -> int:
 
 
 @functools.lru_cache(maxsize=1024)
-def _grid(M: int, N: int, variant: str) -> tuple[int, int]:
+def _grid(M: int, N: int, variant: str, element_size: int) -> tuple[int, int]:
     """(programs, tiles per row) of the launch, from the planner."""
-    tile_m, tile_n, _ = GEOMETRY[variant]
+    tile_m, tile_n, _ = geometry(variant, element_size)
     grid = transpose_grid(M, N, tile_m, tile_n)
     return grid.programs, grid.grid_n
 
@@ -87,7 +97,8 @@ def launch(x: torch.Tensor, out: torch.Tensor, variant: str) -> None:
     """Write ``x.t()`` into ``out``.
 
     ``x``: 2-D CUDA tensor of dtype uint8/16/32/64, any non-negative strides and storage offset, M, N > 0;
-    ``out``: contiguous (N, M), same dtype and device, not overlapping ``x``. Checked by the caller, who
+    ``out``: contiguous (N, M), same dtype and device, not overlapping ``x``. The vec variant also needs
+    what ``tileflip.ops.vec_refusal`` checks. Checked by the caller, who
     also makes x's device the current one where several GPUs are visible (``tileflip.ops``).
     """
     M, N = x.shape
@@ -97,7 +108,7 @@ def launch(x: torch.Tensor, out: torch.Tensor, variant: str) -> None:
 
 def launch_known(x, out, M: int, N: int, sxm: int, sxn: int, device: int, variant: str) -> None:
     """``launch`` with the sizes, strides and device the caller has already read."""
-    programs, grid_n = _grid(M, N, variant)
+    programs, grid_n = _grid(M, N, variant, x.element_size())
     params = _params
     if device not in params.ready:
         # First launch on this thread and device: a thread that never touched the CUDA runtime has no
@@ -123,7 +134,7 @@ def direct_launch(M: int, N: int, sxm: int, sxn: int, es: int, device: int, vari
     kernel = _handles.get((variant, es, device))
     if kernel is None:
         return None
-    programs, grid_n = _grid(M, N, variant)
+    programs, grid_n = _grid(M, N, variant, es)
     grid, threads = (programs, 1, 1), GEOMETRY[variant][2]
     local = threading.local()
 

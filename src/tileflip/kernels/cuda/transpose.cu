@@ -114,6 +114,131 @@ __device__ __forceinline__ void transpose_tiled(const T* __restrict__ in, T* __r
     }
 }
 
+// vec: 1- and 2-byte elements with 16-byte accesses on both sides, for input rows that need not start on
+// a 16-byte boundary (an odd row stride: 8192 x 8191), where the other kernels (and Triton's, which
+// cannot prove a row's start aligned) fall back to 1- or 2-byte accesses. Requires sxn == 1, M * sizeof(T)
+// a multiple of 16 and out 16-byte aligned (tileflip.ops checks; others take another kernel).
+//
+// A block moves a tile of 128 input rows x 128 bytes. Load: each row's piece is read as 16-byte words
+// from the 16-byte boundary below its start (a word never crosses a page and holds at least one byte of
+// the row, so no load can fault; bytes outside the piece are never written out), 8 lanes a row; a lane
+// takes the next lane's word by a warp shuffle (the last lane loads a ninth word) and funnel-shifts the
+// pair by the row's misalignment into 16 aligned bytes. Every pass's loads are issued before the first
+// shuffle. Store: a thread reads one 4-byte word column of 16 / sizeof(T) tile rows and a byte
+// permutation (4 x 4 bytes, or 2 x 2 halves) turns them into one 16-byte piece of each of the 4 /
+// sizeof(T) output rows; the 8 lanes of an output row write 128 contiguous bytes. Shared memory is
+// swizzled (bits 2-4 of the word column XOR the row group) so that this read touches 32 banks.
+// Blocks walk along rows of tiles (tile_of_block), which measured 0.875 / 0.911 of a copy for int8 /
+// bf16 8192 x 8191 against 0.84 / 0.89 down columns of tiles (benchmarks/unaligned_vec.py).
+constexpr int VEC_ROWS = 128;
+constexpr int VEC_ROW_BYTES = 128;
+constexpr int VEC_WORDS = VEC_ROW_BYTES / 4;
+
+__device__ __forceinline__ int vec_swizzle(int r, int w, int group_shift) {
+    return r * VEC_WORDS + (w ^ (((r >> group_shift) & 7) << 2));
+}
+
+template <typename T>
+__device__ __forceinline__ void transpose_vec(const T* __restrict__ in_t, T* __restrict__ out_t, tf_i64 M, tf_i64 N,
+                                              tf_i64 sxm, tf_i64 grid_n) {
+    constexpr int ES = sizeof(T);
+    constexpr int COLS = VEC_ROW_BYTES / ES;        // tile columns: output rows
+    constexpr int GROUP_SHIFT = ES == 1 ? 4 : 3;    // log2 of the tile rows in one 16-byte output piece
+    __shared__ tf_u32 tile[VEC_ROWS * VEC_WORDS];
+    const tf_u8* in = reinterpret_cast<const tf_u8*>(in_t);
+    tf_u8* out = reinterpret_cast<tf_u8*>(out_t);
+    tf_i64 tile_m, tile_n;
+    tile_of_block(grid_n, tile_m, tile_n);
+    const tf_i64 row0 = tile_m * VEC_ROWS;
+    const tf_i64 col0 = tile_n * COLS;
+    const int tid = threadIdx.x;
+    const int part = tid & 7;
+    const tf_i64 valid_cols = N - col0 < COLS ? N - col0 : COLS;
+
+    uint4 w[4], e[4];
+    int shift[4];
+#pragma unroll
+    for (int pass = 0; pass < 4; ++pass) {
+        const tf_i64 grow = row0 + pass * 32 + (tid >> 3);
+        const tf_u64 start = reinterpret_cast<tf_u64>(in) + static_cast<tf_u64>((grow * sxm + col0) * ES);
+        const tf_u64 base = start & ~static_cast<tf_u64>(15);
+        const tf_u64 last = start + static_cast<tf_u64>(valid_cols * ES) - 1;  // last byte of the piece
+        shift[pass] = static_cast<int>(start - base);
+        w[pass] = make_uint4(0, 0, 0, 0);
+        e[pass] = make_uint4(0, 0, 0, 0);
+        if (grow < M && base + 16 * part <= last) w[pass] = *reinterpret_cast<const uint4*>(base + 16 * part);
+        if (grow < M && part == 7 && shift[pass] && base + VEC_ROW_BYTES <= last) {
+            e[pass] = *reinterpret_cast<const uint4*>(base + VEC_ROW_BYTES);
+        }
+    }
+#pragma unroll
+    for (int pass = 0; pass < 4; ++pass) {
+        uint4 n;
+        n.x = __shfl_down_sync(0xffffffffu, w[pass].x, 1);
+        n.y = __shfl_down_sync(0xffffffffu, w[pass].y, 1);
+        n.z = __shfl_down_sync(0xffffffffu, w[pass].z, 1);
+        n.w = __shfl_down_sync(0xffffffffu, w[pass].w, 1);
+        if (part == 7) n = e[pass];
+        const tf_u32 u[8] = {w[pass].x, w[pass].y, w[pass].z, w[pass].w, n.x, n.y, n.z, n.w};
+        const int q = shift[pass] >> 2;
+        const tf_u32 b = static_cast<tf_u32>(shift[pass] & 3) * 8;
+        tf_u32 c[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {  // u[i + q] and u[i + q + 1], q in 0..3: selects, no local array
+            const tf_u32 lo = q == 0 ? u[i] : q == 1 ? u[i + 1] : q == 2 ? u[i + 2] : u[i + 3];
+            const tf_u32 hi = q == 0 ? u[i + 1] : q == 1 ? u[i + 2] : q == 2 ? u[i + 3] : u[i + 4];
+            c[i] = __funnelshift_r(lo, hi, b);
+        }
+        const int r = pass * 32 + (tid >> 3);
+        *reinterpret_cast<uint4*>(&tile[vec_swizzle(r, 4 * part, GROUP_SHIFT)]) = make_uint4(c[0], c[1], c[2], c[3]);
+    }
+    __syncthreads();
+
+    constexpr int R = 16 / ES;                      // tile rows in one output piece
+    constexpr int OUTS = 4 / ES;                    // output rows one word column holds
+    constexpr int ITEMS = VEC_WORDS * (VEC_ROWS / R);
+#pragma unroll
+    for (int it = 0; it < ITEMS / 256; ++it) {
+        const int g = (tid & 7) + 8 * it;
+        const int cw = tid >> 3;
+        tf_u32 v[R];
+#pragma unroll
+        for (int k = 0; k < R; ++k) v[k] = tile[vec_swizzle(g * R + k, cw, GROUP_SHIFT)];
+        tf_u32 o[OUTS][4];
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+            if constexpr (ES == 1) {  // 4 x 4 bytes: rows 4k..4k+3 of columns 4cw..4cw+3
+                const tf_u32 t0 = __byte_perm(v[4 * k], v[4 * k + 1], 0x5140);
+                const tf_u32 t1 = __byte_perm(v[4 * k], v[4 * k + 1], 0x7362);
+                const tf_u32 t2 = __byte_perm(v[4 * k + 2], v[4 * k + 3], 0x5140);
+                const tf_u32 t3 = __byte_perm(v[4 * k + 2], v[4 * k + 3], 0x7362);
+                o[0][k] = __byte_perm(t0, t2, 0x5410);
+                o[1][k] = __byte_perm(t0, t2, 0x7632);
+                o[2][k] = __byte_perm(t1, t3, 0x5410);
+                o[3][k] = __byte_perm(t1, t3, 0x7632);
+            } else {  // 2 x 2 halves: rows 2k, 2k+1 of columns 2cw, 2cw+1
+                o[0][k] = __byte_perm(v[2 * k], v[2 * k + 1], 0x5410);
+                o[1][k] = __byte_perm(v[2 * k], v[2 * k + 1], 0x7632);
+            }
+        }
+        const tf_i64 first = row0 + static_cast<tf_i64>(g) * R;  // first input row of the piece
+#pragma unroll
+        for (int j = 0; j < OUTS; ++j) {
+            const tf_i64 col = col0 + cw * OUTS + j;  // input column: output row
+            if (col >= N || first >= M) continue;
+            tf_u8* dst = out + (col * M + first) * ES;
+            if (first + R <= M) {
+                *reinterpret_cast<uint4*>(dst) = make_uint4(o[j][0], o[j][1], o[j][2], o[j][3]);
+            } else {  // the last rows: byte by byte, out of the words by shifts (no local array)
+                for (int t = 0; t < static_cast<int>((M - first) * ES); ++t) {
+                    const tf_u32 word = t < 4 ? o[j][0] : t < 8 ? o[j][1] : t < 12 ? o[j][2] : o[j][3];
+                    dst[t] = static_cast<tf_u8>(word >> ((t & 3) * 8));
+                }
+            }
+        }
+    }
+}
+
 }  // namespace tileflip
 
 #define TILEFLIP_ARGS(T) \
@@ -129,6 +254,14 @@ __device__ __forceinline__ void transpose_tiled(const T* __restrict__ in, T* __r
     extern "C" __global__ void __launch_bounds__(256) transpose_tiled_nopad_u##BITS(TILEFLIP_ARGS(T)) {      \
         tileflip::transpose_tiled<T, 0>(in, out, M, N, sxm, sxn, grid_n);                                    \
     }
+
+// vec exists for 1- and 2-byte elements only.
+extern "C" __global__ void __launch_bounds__(256) transpose_vec_u8(TILEFLIP_ARGS(tf_u8)) {
+    tileflip::transpose_vec<tf_u8>(in, out, M, N, sxm, grid_n);
+}
+extern "C" __global__ void __launch_bounds__(256) transpose_vec_u16(TILEFLIP_ARGS(tf_u16)) {
+    tileflip::transpose_vec<tf_u16>(in, out, M, N, sxm, grid_n);
+}
 
 TILEFLIP_INSTANTIATE(tf_u8, 8)
 TILEFLIP_INSTANTIATE(tf_u16, 16)
