@@ -81,7 +81,7 @@ def check_cubin(elf: bytes) -> None:
         assert unpadded >= 32 * 32 * itemsize
         assert padded - unpadded == 32 * itemsize
     for bits in cuda_transpose.VARIANT_BITS["vec"]:  # a 128 x 128-byte tile, whatever the element size
-        assert static_shared_bytes(elf, f"transpose_vec_u{bits}") == 128 * 128
+        assert static_shared_bytes(elf, f"transpose_vec_u{bits}") >= 128 * 128
 
 
 # ---------------------------------------------------------------------------------------------------
