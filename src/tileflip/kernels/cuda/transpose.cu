@@ -129,7 +129,8 @@ __device__ __forceinline__ void transpose_tiled(const T* __restrict__ in, T* __r
 // sizeof(T) output rows; the 8 lanes of an output row write 128 contiguous bytes. Shared memory is
 // swizzled (bits 2-4 of the word column XOR the row group) so that this read touches 32 banks.
 // Blocks walk along rows of tiles (tile_of_block), which measured 0.875 / 0.911 of a copy for int8 /
-// bf16 8192 x 8191 against 0.84 / 0.89 down columns of tiles (benchmarks/unaligned_vec.py).
+// bf16 8192 x 8191 against 0.84 / 0.89 down columns of tiles (session 8 run 13,
+// benchmarks/results/experiments/h200-2026-12-01-unaligned-vec-v3.json).
 constexpr int VEC_ROWS = 128;
 constexpr int VEC_ROW_BYTES = 128;
 constexpr int VEC_WORDS = VEC_ROW_BYTES / 4;
