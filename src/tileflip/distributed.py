@@ -285,6 +285,12 @@ def _sm_count(index: int) -> int:
     return torch.cuda.get_device_properties(index).multi_processor_count
 
 
+def _beside(P: int, kernel: str, device) -> int:
+    """Programs of a plan's passes beside a collective (0: full grids): none without a collective, and
+    the torch backend has no capped form."""
+    return beside_programs(device) if P > 1 and kernel == "triton" else 0
+
+
 def _chunks(table: list, largest_rank_bytes: int, run_bytes: int):
     return table[0][CHUNKS] or auto_chunks(largest_rank_bytes, run_bytes)
 
@@ -556,8 +562,7 @@ def transpose_plan(P: int, me: int, local, rows: list, N: int, chunks: int, back
     out = torch.empty((n[me], M), dtype=local.dtype, device=local.device)
     bufs = Buffers((N - n[me]) * rows[me], n[me] * (M - rows[me]), local.dtype, local.device)
     kernel = _kernel_backend(local, backend)
-    # Programs of the passes beside a collective (0: full grids); the torch backend has no such form.
-    beside = beside_programs(local.device) if P > 1 and kernel == "triton" else 0
+    beside = _beside(P, kernel, local.device)
     count = _steps(P, chunks)
     # The columns bound for the other ranks: those before this rank's and those after, in rank order.
     spans = [(c0, c1) for c0, c1 in ((0, n_at[me]), (n_at[me] + n[me], N)) if c1 > c0]
@@ -575,7 +580,7 @@ def transpose_plan(P: int, me: int, local, rows: list, N: int, chunks: int, back
         ))  # fmt: skip
         send_at += (N - n[me]) * m_c
         recv_at += sum(out_splits)
-    own = _transpose_own(local, out, n_at[me], n[me], row_at[me], backend, beside) if n[me] and rows[me] else None
+    own = _transpose_own(local, out, n_at[me], n[me], row_at[me], kernel, beside) if n[me] and rows[me] else None
     return Plan(out, bufs, steps, own, n[me] * rows[me], [n_j * rows[me] for n_j in n], [n[me] * m for m in rows])
 
 
@@ -611,12 +616,11 @@ def _transpose_unpack(bufs: Buffers, out, at: int, got: list, row_at: list, kern
     return unpack
 
 
-def _transpose_own(local, out, col: int, n_me: int, row: int, backend: str, programs: int):
+def _transpose_own(local, out, col: int, n_me: int, row: int, kernel: str, programs: int):
     # The own block, local[:, col : col + n_me] transposed, is columns [row, row + m_me) of out: the 2-D
     # transpose kernel takes the output's row stride, so it writes there directly (no contiguous staging).
     src = local[:, col : col + n_me]
     dst = out[:, row : row + local.shape[0]]
-    kernel = _kernel_backend(local, backend)
 
     def own():
         if programs:
@@ -686,7 +690,7 @@ def seq_to_head_plan(P: int, me: int, x, seq: list, chunks: int, backend: str) -
     out = torch.empty((B, S, h, D), dtype=x.dtype, device=x.device)
     bufs = Buffers(B * s_me * hd * (P - 1), B * (S - s_me) * hd, x.dtype, x.device)
     kernel = _kernel_backend(x, backend)
-    beside = beside_programs(x.device) if P > 1 and kernel == "triton" else 0  # as in transpose_plan
+    beside = _beside(P, kernel, x.device)
     count = _steps(P, chunks)
     seq_at = _offsets(seq)
     pieces = [_chunk_ranges(s, chunks) for s in seq]
@@ -784,7 +788,7 @@ def head_to_seq_plan(P: int, me: int, x, seq: list, chunks: int, backend: str) -
     out = torch.empty((B, seq[me], H, D), dtype=x.dtype, device=x.device)
     bufs = Buffers(B * (S - seq[me]) * hd, B * seq[me] * hd * (P - 1), x.dtype, x.device)
     kernel = _kernel_backend(x, backend)
-    beside = beside_programs(x.device) if P > 1 and kernel == "triton" else 0  # as in transpose_plan
+    beside = _beside(P, kernel, x.device)
     count = _steps(P, chunks)
     seq_at = _offsets(seq)
     pieces = [_chunk_ranges(s, chunks) for s in seq]

@@ -46,6 +46,14 @@ def vec_refusal(element_size: int, sxn: int, M: int, out_address: int) -> str | 
         return "out must start on a 16-byte boundary"
     return None
 
+
+def _auto_kernel(chosen: str, element_size: int, sxn: int, M: int, out_address: int) -> str:
+    """The kernel ``auto`` runs once the table has named ``chosen``: the Triton kernel where the table
+    names cuda-vec for a call that kernel cannot take."""
+    if chosen == "cuda-vec" and vec_refusal(element_size, sxn, M, out_address) is not None:
+        return "triton"
+    return chosen
+
 _triton_module = None
 _cuda_module = None
 
@@ -246,9 +254,7 @@ def _prepare(key: tuple):
     if es is None or M == 0 or N == 0:
         return None
     if backend == "auto":
-        backend = tuning.auto_for(M, N, es, sxm)
-        if backend == "cuda-vec" and vec_refusal(es, sxn, M, oa) is not None:
-            backend = "triton"
+        backend = _auto_kernel(tuning.auto_for(M, N, es, sxm), es, sxn, M, oa)
     elif backend == "cuda-vec" and vec_refusal(es, sxn, M, oa) is not None:
         return None  # the checked path says why
     spans = ((M - 1) * sxm + (N - 1) * sxn + 1) * es, M * N * es
@@ -294,8 +300,8 @@ def _transpose(x: torch.Tensor, out: torch.Tensor | None, backend: str) -> torch
         check_out(x, out, (N, M))
     if x.numel() == 0:
         return out
-    if backend == "auto" and chosen == "cuda-vec" and vec_refusal(x.element_size(), x.stride(1), M, out.data_ptr()):
-        chosen = "triton"
+    if backend == "auto":
+        chosen = _auto_kernel(chosen, x.element_size(), x.stride(1), M, out.data_ptr())
     _on_device_of(x, _run, x, out, chosen)
     return out
 
