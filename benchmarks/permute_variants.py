@@ -10,7 +10,11 @@ sizes, as digits, that take the 2-D table's large tile as ``tuning.PERMUTE_TILES
 warps, and 0 to keep its int64 offsets), ``warps`` (num_warps) and ``area`` (a factor on the large
 tile's area: 0.5 halves the larger side; with ``warps`` or ``area`` the narrow rule and TILES_4B are
 off), ``mreg`` (a register cap on full-vector tile launches, ``tuning.PERMUTE_MAXNREG``) with
-``mregsize`` (only that element size). Prints one line per case and a summary per variant.
+``mregsize`` (only that element size), ``short`` (``tuning.SHORT_RUN_BYTES``; 0 turns ``short_head`` off),
+``bgrow`` / ``contig`` (0 or 1:
+``tuning.FOLD_B_FIRST`` / ``FOLD_CONTIG``) and ``kept`` (with ``area`` or ``warps``: 1 applies them to kept
+tiles only, 0 to transposed tiles only; ``area`` above 1 doubles the smaller side).
+Prints one line per case and a summary per variant.
 """
 
 import json
@@ -28,6 +32,9 @@ NARROW_STEPS = tuning.NARROW_STEPS
 TILES_4B = tuning.TILES_4B
 PERMUTE_TILES = tuning.PERMUTE_TILES
 B_FIRST_SIZES = tuning.B_FIRST_SIZES
+SHORT_RUN_BYTES = tuning.SHORT_RUN_BYTES
+FOLD_B_FIRST = tuning.FOLD_B_FIRST
+FOLD_CONTIG = tuning.FOLD_CONTIG
 # The 2-D table's large-class tiles (area and warps; the permute kernel has its own order and orientation).
 TABLE_TILES = {es: tuning._config(es, "large") for es in (1, 2, 4, 8)}
 
@@ -45,10 +52,13 @@ def _sizes(digits: float) -> list[int]:
 
 def apply(opts: dict) -> None:
     tuning.FOLD_FACTOR = int(opts.get("fold", 4))
+    tuning.FOLD_B_FIRST = bool(opts.get("bgrow", FOLD_B_FIRST))
+    tuning.FOLD_CONTIG = bool(opts.get("contig", FOLD_CONTIG))
     tuning.B_FAST_RULE = bool(opts.get("bfast", 1))
     tuning.B_FIRST_SIZES = frozenset(_sizes(opts["bfirst"])) if "bfirst" in opts else B_FIRST_SIZES
     tuning.PERMUTE_TILES = PERMUTE_TILES | {es: TABLE_TILES[es] for es in _sizes(opts.get("t2d", 0))}
     tuning.NARROW_RULE = bool(opts.get("narrow", 1))
+    tuning.SHORT_RUN_BYTES = int(opts.get("short", SHORT_RUN_BYTES))
     tuning.OFFSETS32_RULE = bool(opts.get("off32", 1))
     tuning.TILES_4B = TILES_4B if opts.get("t4b", 1) else {}
     sizes = (int(opts["mregsize"]),) if "mregsize" in opts else (1, 2, 4, 8)
@@ -63,6 +73,8 @@ def apply(opts: dict) -> None:
     else:
 
         def config(element_size, vector_bytes=16, kept=True):
+            if "kept" in opts and bool(opts["kept"]) != kept:
+                return BASE_CONFIG(element_size, vector_bytes, kept)
             c = BASE_CONFIG(element_size)
             bm, bn = c.block_m, c.block_n
             area = opts.get("area", 1.0)
@@ -72,6 +84,12 @@ def apply(opts: dict) -> None:
                 else:
                     bn //= 2
                 area *= 2
+            while area > 1.0:
+                if bm <= bn:
+                    bm *= 2
+                else:
+                    bn *= 2
+                area /= 2
             return c._replace(block_m=bm, block_n=bn, num_warps=int(opts.get("warps", c.num_warps)))
 
         tuning.permute_config = config

@@ -50,7 +50,7 @@ NAMED = [
     ("rank8_short_runs", (2, 2, 3, 2, 2, 3, 2, 5), (7, 0, 6, 1, 5, 2, 4, 3), torch.int16, "contiguous", "tiles"),
     ("rank8_inner_kept", (2, 2, 3, 2, 2, 3, 2, 17), (6, 0, 5, 1, 4, 2, 3, 7), torch.int8, "contiguous", "rows"),
     ("rank8_all_folds", (3, 2, 5, 2, 3, 2, 5, 3), (1, 3, 5, 7, 0, 2, 4, 6), torch.bfloat16, "contiguous", "tiles"),
-    # inner dimension kept, 3 elements: axis A folds the run with the input's next dimensions (odd, no vectors)
+    # inner dimension kept, 3 elements (12 bytes): tiled as moved, axis B starting from the run (short_head)
     ("kept_run_of_3", (6, 5, 4, 8, 9, 3), (3, 1, 4, 0, 2, 5), torch.float32, "contiguous", "rows"),
     # inner dimension kept, 4 floats: 16-byte vectors on both sides across folded dimensions
     ("kept_run_of_4_vectors", (16, 8, 32, 4), (2, 0, 1, 3), torch.float32, "contiguous", "rows"),
@@ -371,3 +371,49 @@ def test_transposed_4_byte_tiles_follow_the_measured_rule(shape, dims, blocks, w
 def test_whole_dimension_tiles_follow_the_measured_rule(shape, dims, element_size, blocks, warps):
     go = tuning.permute_launch(plan.plan_permute(shape, _contiguous_strides(shape), dims, element_size), element_size)
     assert (go.blocks, go.num_warps) == (blocks, warps)
+
+
+@pytest.mark.parametrize(
+    "shape,dims,element_size,transposed",
+    [
+        ((62, 10, 8, 32, 44, 3), (3, 1, 4, 0, 2, 5), 4, True),  # 12-byte kept runs (the random suite's)
+        ((9, 2, 130, 7), (2, 0, 1, 3), 2, True),  # 14 bytes
+        ((9, 2, 130, 8), (2, 0, 1, 3), 2, False),  # 16 bytes: kept, 16-byte vectors
+        ((16, 8, 32, 4), (2, 0, 1, 3), 4, False),
+    ],
+)
+def test_short_kept_runs_are_tiled_as_moved(shape, dims, element_size, transposed):
+    """A kept inner dimension under SHORT_RUN_BYTES is launched as a transposed tile whose axis B starts
+    from it (measured: 12-byte runs 0.38 -> 0.83 of copy); A then starts from the input's next dimension,
+    whose stride is not 1, so the loads take no vectors."""
+    p = plan.plan_permute(shape, _contiguous_strides(shape), dims, element_size)
+    assert p.kind == "rows"
+    go = tuning.permute_launch(p, element_size)
+    last = len(p.sizes) - 1
+    assert go.kept is (not transposed)
+    if transposed:
+        assert go.b_dims[0] == last and last not in go.a_dims and p.in_strides[go.a_dims[0]] > 1
+        assert go.vec[0] == 1
+    else:
+        assert go.a_dims[0] == last
+
+
+def test_a_dimension_both_axes_want_next_goes_to_b():
+    """fp32 (23,21,112,32,16) (2,1,4,3,0): merged dimension 3 (32) is the input's second fastest and the
+    output's second fastest; B takes it (tuning.FOLD_B_FIRST, measured 0.76 -> 0.84 of copy)."""
+    shape, dims = (23, 21, 112, 32, 16), (2, 1, 4, 3, 0)
+    p = plan.plan_permute(shape, _contiguous_strides(shape), dims, 4)
+    assert p.sizes == (112, 21, 16, 32, 23)
+    go = tuning.permute_launch(p, 4)
+    assert go.b_dims[:2] == (4, 3) and 3 not in go.a_dims
+
+
+def test_a_dimension_that_continues_the_other_axis_run_is_left_to_it():
+    """bf16 (32,48,47,18,10,3) (0,4,1,3,5,2): the input's run is 3 x 10 x 18 (merged dimensions 4, 1, 3);
+    B cannot continue its own output run past dimension 5 (dimension 4 is on A), so it leaves 3 to A
+    (tuning.FOLD_CONTIG; measured 0.34 -> 0.43 of copy) and A holds the whole 540-element run."""
+    shape, dims = (32, 48, 47, 18, 10, 3), (0, 4, 1, 3, 5, 2)
+    p = plan.plan_permute(shape, _contiguous_strides(shape), dims, 2)
+    assert p.sizes == (32, 10, 48, 18, 3, 47)
+    go = tuning.permute_launch(p, 2)
+    assert go.a_dims == (4, 1, 3) and go.b_dims == (5, 2)

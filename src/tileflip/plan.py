@@ -305,7 +305,8 @@ class PermutePlan:
         contiguous one; ``tiles`` (inner dimension moved): it is not. Both run the tile kernel: a 2-D
         tile whose axis A folds the input's fastest dimensions (starting at ``a``) and whose axis B
         folds the output's fastest, batched over the rest (``tileflip.tuning.tile_launch``); rows
-        loads and stores along A, tiles loads along A and stores along B;
+        loads and stores along A, tiles loads along A and stores along B (so does rows where the kept
+        run is under 16 bytes, with B starting from it: ``tileflip.tuning.short_head``);
       * ``general``: a 1-D gather (one merged dimension of stride != 1), or no dimension but the
         output's last with a non-zero input stride: each output element gathered from its input offset.
     """

@@ -162,6 +162,19 @@ def _auto(element_size: int, cls: str) -> str:
 MAX_AXIS_DIMS = 4
 MAX_BATCH_DIMS = 6
 FOLD_FACTOR = 4  # fold dimensions into an axis until it spans this many tile widths (fewer masked tails)
+# fold_axes: in each turn B takes its next dimension before A does, so a dimension both sides want next
+# goes to the output's axis. Measured on the permute suites, H200, 2026-12-01 session 9 (experiments/
+# h200-2026-12-01-permute-variants-short.json, variant bgrow): it changed 8 of the 45 cases' launches;
+# int8 (3840,360,56) (0,2,1) 0.75 -> 0.88 of copy, fp32 (38,17,20,13,14,13) 0.60 -> 0.72, fp32
+# (23,21,112,32,16) 0.76 -> 0.84, int8 (11,8,80,264,44) 0.64 -> 0.70; the others moved by 0.01 or less.
+FOLD_B_FIRST = True
+# fold_axes: an axis passes over a dimension that would continue the other axis's contiguous run (on the
+# other side, within the dimensions that axis may still take) but not its own. Measured on the permute
+# suites, H200, 2026-12-01 session 9 (experiments/h200-2026-12-01-permute-variants-contig.json): it
+# changes one suite launch, bf16 (32,48,47,18,10,3) (0,4,1,3,5,2), whose A now holds the input's whole
+# 540-element run instead of 30 elements and a far dimension: 0.34 -> 0.43 of copy. (Without the "may
+# still take" bound it also moved int8 (28,86,14,2,40,28), 0.59 -> 0.54.)
+FOLD_CONTIG = True
 GENERAL_BLOCK = 1024
 VECTOR_BYTES = 16
 B_FAST_RULE = True  # tile_launch: consecutive programs along the axis of fewer tiles
@@ -197,6 +210,8 @@ TILES_4B = {4: 1, 16: 1}  # narrower side's vector bytes -> halvings of the 2-D 
 # 2-byte suite cases with such tiles ran at 0.986 / 0.957 / 0.928 of copy on 4 warps against 0.973 /
 # 0.944 / 0.929 on 16 (fp16 NCHW->NHWC, NHWC->NCHW, bf16 (256,752,256) (2,1,0)).
 WHOLE_DIM_WARPS = {2: 4}
+# ``short_head``: a kept inner dimension shorter than this (bytes) is tiled as moved, from axis B (0: off).
+SHORT_RUN_BYTES = 16
 # Register caps (``maxnreg``) of tile launches whose both sides move 16-byte vectors, by element size
 # (none where absent).
 PERMUTE_MAXNREG: dict = {}
@@ -269,41 +284,77 @@ class PermuteLaunch:
         return n
 
 
-def fold_axes(sizes, in_strides, kept: bool, cap_a: int, cap_b: int) -> tuple[tuple, tuple, tuple]:
+def fold_axes(sizes, in_strides, kept: bool, cap_a: int, cap_b: int, b_head: tuple = ()) -> tuple[tuple, tuple, tuple]:
     """Split merged dimensions into axis A (input-fastest first), axis B (output-fastest first) and batch.
 
-    Both axes start from their side's fastest dimension; then, one dimension at a time and turn about,
+    Both axes start from their side's fastest dimension (B from ``b_head`` when given: the output's
+    fastest dimensions, ``short_head``); then, one dimension at a time and turn about,
     each axis takes its side's next fastest dimension while it spans fewer than FOLD_FACTOR tile widths
     (and holds fewer than MAX_AXIS_DIMS). Dimensions of input stride 0 stay in the batch. The batch is
     ordered innermost (output order) first, and folded back into B when it would exceed MAX_BATCH_DIMS.
     """
     n = len(sizes)
     last = n - 1
-    by_stride = sorted((i for i in range(n) if in_strides[i] > 0 and i != last), key=lambda i: (in_strides[i], -i))
+    skip = set(b_head) | {last}
+    by_stride = sorted((i for i in range(n) if in_strides[i] > 0 and i not in skip), key=lambda i: (in_strides[i], -i))
     if kept:
         a_order = [last] + by_stride
         b_order = [i for i in range(last - 1, -1, -1)]
     else:
         a_order = by_stride
         b_order = list(range(last, -1, -1))
-    a_dims, b_dims = [a_order[0]], [] if kept else [last]
+    a_dims, b_dims = [a_order[0]], [] if kept else list(b_head or (last,))
     if kept and n > 1:
         b_dims = [b_order[0]] if b_order[0] != a_dims[0] else []
     used = set(a_dims) | set(b_dims)
+    out_strides = contiguous_strides(sizes)
 
-    def grow(dims, order, cap):
-        if len(dims) >= MAX_AXIS_DIMS or _product(sizes[d] for d in dims) >= FOLD_FACTOR * cap:
+    def open_(dims, cap):
+        return len(dims) < MAX_AXIS_DIMS and _product(sizes[d] for d in dims) < FOLD_FACTOR * cap
+
+    def chain(dims, strides, cap):
+        """The free dimensions that would continue, one after another, the contiguous run ``dims`` form
+        on the side of ``strides``, as far as the axis can still grow (none where they form no run)."""
+        run, found = 1, []
+        for e in dims:
+            if strides[e] != run:
+                return found
+            run *= sizes[e]
+        while run < FOLD_FACTOR * cap and len(dims) + len(found) < MAX_AXIS_DIMS:
+            nxt = [d for d in range(n) if d not in used and d not in found and strides[d] == run and sizes[d] > 1]
+            if not nxt:
+                break
+            found.append(nxt[0])
+            run *= sizes[nxt[0]]
+        return found
+
+    def grow(dims, order, cap, strides, other, other_strides, other_cap):
+        if not open_(dims, cap):
             return False
         for d in order:
-            if d not in used:
-                dims.append(d)
-                used.add(d)
-                return True
+            if d in used:
+                continue
+            if (FOLD_CONTIG and d in chain(other, other_strides, other_cap)
+                    and d not in chain(dims, strides, cap)):  # fmt: skip
+                continue  # left to the other axis, whose contiguous run it continues
+            dims.append(d)
+            used.add(d)
+            return True
         return False
 
+    def grow_a():
+        return grow(a_dims, a_order, cap_a, in_strides, b_dims, out_strides, cap_b)
+
+    def grow_b():
+        return grow(b_dims, b_order, cap_b, out_strides, a_dims, in_strides, cap_a)
+
     while True:
-        grew_a = grow(a_dims, a_order, cap_a)
-        grew_b = grow(b_dims, b_order, cap_b)
+        if FOLD_B_FIRST:
+            grew_b = grow_b()
+            grew_a = grow_a()
+        else:
+            grew_a = grow_a()
+            grew_b = grow_b()
         if not (grew_a or grew_b):
             break
     batch = [d for d in range(last, -1, -1) if d not in used]
@@ -322,15 +373,16 @@ def _axis_block(size: int, first: int, cap: int) -> int:
 
 
 def tile_launch(sizes, in_strides, kept: bool, vec: tuple, config, offsets32: bool = True,
-                whole_dim_warps: int = 0, b_first: bool = False) -> PermuteLaunch:  # fmt: skip
+                whole_dim_warps: int = 0, b_first: bool = False, b_head: tuple = ()) -> PermuteLaunch:  # fmt: skip
     """The tile kernel's launch (plan kinds rows, copy and tiles) for merged sizes and input strides,
     with the (load, store) vector widths of ``vector_widths``; ``offsets32`` False keeps int64 offsets
     even where ``offset_bounds`` would allow int32 (a narrow step measured faster so);
     ``whole_dim_warps``, when not 0, the warps of a tile that spans a whole first dimension;
-    ``b_first``: a transposed tile's programs step along B whatever the tile counts."""
+    ``b_first``: a transposed tile's programs step along B whatever the tile counts; ``b_head``: the
+    dimensions B starts from (``short_head``)."""
     area = config.block_m * config.block_n
     cap_a, cap_b = config.block_n, config.block_m
-    a_dims, b_dims, batch_dims = fold_axes(sizes, in_strides, kept, cap_a, cap_b)
+    a_dims, b_dims, batch_dims = fold_axes(sizes, in_strides, kept, cap_a, cap_b, b_head)
     size_a = _product(sizes[d] for d in a_dims)
     size_b = _product(sizes[d] for d in b_dims)
     block_a = _axis_block(size_a, sizes[a_dims[0]], cap_a)
@@ -384,15 +436,17 @@ def offsets_need_64(sizes, in_strides, axes) -> bool:
     return max(offset_bounds(sizes, in_strides, axes)) >= 2**31
 
 
-def vector_widths(sizes, in_strides, kept: bool, element_size: int) -> tuple[int, int]:
+def vector_widths(sizes, in_strides, kept: bool, element_size: int, b_head: tuple = ()) -> tuple[int, int]:
     """Load and store vector widths (elements) of the tile kernel: powers of two up to 16 bytes that
-    divide the fastest dimension's size on that side and every input stride (loads) or that size (stores)."""
+    divide the fastest dimension's size on that side and every input stride (loads) or that size (stores).
+    The input side's fastest dimension is A's first (``fold_axes``, with the same ``b_head``)."""
     cap = max(1, VECTOR_BYTES // element_size)
     last = len(sizes) - 1
     if kept:
         a0 = last
     else:
-        a0 = min((i for i in range(last) if in_strides[i] > 0), key=lambda i: (in_strides[i], -i))
+        skip = set(b_head) | {last}
+        a0 = min((i for i in range(last) if in_strides[i] > 0 and i not in skip), key=lambda i: (in_strides[i], -i))
     load = _pow2_part(sizes[a0], cap) if in_strides[a0] == 1 else 1
     for d in range(len(sizes)):
         if d != a0:
@@ -456,18 +510,39 @@ def _halve(config: TileConfig, halvings: int) -> TileConfig:
     return config._replace(block_m=bm, block_n=bn)
 
 
+def short_head(sizes, in_strides, element_size: int) -> tuple:
+    """``(last,)`` when the output's fastest dimension is also the input's contiguous one (an inner
+    dimension kept) but runs shorter than SHORT_RUN_BYTES (e.g. 3 floats), else ``()``: the launch then
+    transposes, with axis B starting from it (``fold_axes``'s ``b_head``).
+
+    Kept on axis A, such a run is stored a few bytes at a time all over the output. On axis B the stores
+    run over it and the output's next dimensions together, and the loads, along the input's next
+    dimensions, step over it: strided, but the tile's other rows fill the gaps from the same lines.
+    Measured on the permute suites, H200, 2026-12-01 session 9 (experiments/
+    h200-2026-12-01-permute-variants-short.json): fp32 (62,10,8,32,44,3) (3,1,4,0,2,5), 12-byte runs,
+    0.38 -> 0.83 of copy. The same move for an input-contiguous dimension that is the output's second
+    fastest lost on both suite cases it applied to (bf16 3-element, 0.34 -> 0.29; int8 10-element,
+    0.83 -> 0.26), so it is not made."""
+    last = len(sizes) - 1
+    if SHORT_RUN_BYTES == 0 or last < 1 or in_strides[last] != 1:
+        return ()
+    rest = any(in_strides[i] > 0 for i in range(last))
+    return (last,) if sizes[last] * element_size < SHORT_RUN_BYTES and rest else ()
+
+
 def permute_launch(p, element_size: int) -> PermuteLaunch:
     """The launch of ``p`` (a ``tileflip.plan.PermutePlan`` of kind rows, copy, tiles or general)."""
     sizes = p.sizes
     if p.kind in ("rows", "copy", "tiles"):
-        kept = p.kind != "tiles"
-        vec = vector_widths(sizes, p.in_strides, kept, element_size)
+        head = short_head(sizes, p.in_strides, element_size) if p.kind != "copy" else ()
+        kept = p.kind != "tiles" and not head
+        vec = vector_widths(sizes, p.in_strides, kept, element_size, head)
         vector_bytes = min(vec) * element_size
         step = narrow_step(vector_bytes)  # its offset rule holds for TILES_4B launches too (as measured)
         config = permute_config(element_size, vector_bytes, kept)
         whole = WHOLE_DIM_WARPS.get(element_size, 0) if step is None and not kept else 0
         return tile_launch(sizes, p.in_strides, kept, vec, config, step is None or step[3], whole,
-                           element_size in B_FIRST_SIZES)
+                           element_size in B_FIRST_SIZES, head)
     if p.kind == "general":
         return PermuteLaunch((GENERAL_BLOCK,), 4, (cdiv(_product(sizes), GENERAL_BLOCK),))
     raise ValueError(f"plan kind {p.kind!r} has no permute-kernel launch")
