@@ -39,6 +39,7 @@ for step in "$@"; do
            run fold1-named 120 python3 benchmarks/permute_fold_variant.py 1 permute "$OUT/fold1" ;;
     tune) run tune 240 python3 -m tileflip.tune --out "$OUT/tune.json" ;;
     tune-write) run tune-write 400 python3 -m tileflip.tune --write --out "$OUT/tune.json" ${TUNE_ARGS:-} && cp src/tileflip/data/tuning-h200.json "$OUT/" ;;
+    ragged-tiles) run ragged-tiles 300 python3 benchmarks/ragged_tiles.py "$OUT/ragged-tiles.json" ;;
     inductor-code) run inductor-code 200 python3 benchmarks/inductor_code.py ;;
     bench-2d) run bench-2d 420 python3 -m tileflip.cli bench --suite 2d --quick --out "$OUT" ;;
     bench-host) run bench-host 120 python3 -m tileflip.cli bench --suite host --out "$OUT" ;;

@@ -117,14 +117,28 @@ def _config(element_size: int, cls: str) -> TileConfig:
 def triton_config(element_size: int, shape: tuple | None = None, row_stride: int = 0) -> TileConfig:
     """The Triton tile configuration for an element size, and for a shape's class when one is given:
     the table's entry for its ``shape_class`` (``tiny``, ``unaligned``: rows not 16-aligned, so no vector
-    loads, ``skinny``, ``large``; the ``large`` entry where the table has none), or ``thin_config`` for
+    loads, ``skinny``, ``large``; the ``large`` entry where the table has none; ``skinny-ragged`` where the
+    table has one and N is not a multiple of the skinny tile's width), or ``thin_config`` for
     a thin class (``sliver``, ``thin``, ``thin-large``).
     (The fast path of ``tileflip.ops`` calls it once per call signature; the checked path per call.)"""
     if shape is None:
         return _config(element_size, "large")
     M, N = shape
     cls = shape_class(M, N, element_size, row_stride)
-    return thin_config(M, N) if cls in _THIN_CLASSES else _config(element_size, cls)
+    if cls in _THIN_CLASSES:
+        return thin_config(M, N)
+    config = _config(element_size, cls)
+    if cls == "skinny" and N % config.block_n:
+        return _ragged(element_size) or config
+    return config
+
+
+@lru_cache(maxsize=8)
+def _ragged(element_size: int) -> TileConfig | None:
+    """The table's ``skinny-ragged`` entry: a skinny shape whose rows are not a whole number of the skinny
+    tile's columns (e.g. int8 217600 x 384 under 128 x 256: every second column of tiles half masked)."""
+    entry = _table()["triton"].get(f"{element_size}:skinny-ragged")
+    return TileConfig(*entry["config"]) if entry else None
 
 
 _THIN_CLASSES = frozenset({"sliver", "thin", "thin-large"})  # tiled by thin_config, not by the table
@@ -175,6 +189,16 @@ FOLD_B_FIRST = True
 # 540-element run instead of 30 elements and a far dimension: 0.34 -> 0.43 of copy. (Without the "may
 # still take" bound it also moved int8 (28,86,14,2,40,28), 0.59 -> 0.54.)
 FOLD_CONTIG = True
+# fold_axes: a transposed tile's B holds only the output's fastest dimension when the output's next one is
+# A's first (nothing can continue B's output run) and it spans a quarter to one tile width with at most
+# this fraction of its power-of-two block masked (0: off; B folds as A does). A program then writes one
+# contiguous piece of output (A's block of rows of it) instead of pieces of two or more. Measured on the
+# permute suites, H200, 2026-12-01 session 9 (experiments/h200-2026-12-01-permute-variants-wholeb.json,
+# without the "next is A's first" condition, which kept the three cases that lost: int8 (48,30,464,180)
+# (3,2,1,0) 0.87 -> 0.42, fp32 (23,21,112,32,16) 0.84 -> 0.58, bf16 (32,48,47,18,10,3) 0.43 -> 0.31,
+# whose output runs B's folding continued or that mask 27%): bf16 (39,28,16,72,39) (2,0,3,4,1) 0.81 ->
+# 0.99 of copy (28 of 32 lanes), int8 (26,60,104,39,20) 0.78 -> 0.86, bf16 (320,50,28,88) 0.79 -> 0.83.
+WHOLE_B_WASTE = 0.25
 GENERAL_BLOCK = 1024
 VECTOR_BYTES = 16
 B_FAST_RULE = True  # tile_launch: consecutive programs along the axis of fewer tiles
@@ -308,6 +332,12 @@ def fold_axes(sizes, in_strides, kept: bool, cap_a: int, cap_b: int, b_head: tup
         b_dims = [b_order[0]] if b_order[0] != a_dims[0] else []
     used = set(a_dims) | set(b_dims)
     out_strides = contiguous_strides(sizes)
+    # B's first dimension alone, in one power-of-two block with at most WHOLE_B_WASTE of it masked, where
+    # the output's next dimension is A's first (so no dimension could continue B's output run)
+    b0 = b_dims[0] if b_dims and not kept and len(b_dims) == 1 else None
+    first_b = sizes[b0] if b0 is not None and b0 - 1 == a_dims[0] else 0
+    whole_b = (cap_b <= 4 * first_b and first_b <= cap_b
+               and _pow2_ceil(first_b) - first_b <= WHOLE_B_WASTE * _pow2_ceil(first_b))  # fmt: skip
 
     def open_(dims, cap):
         return len(dims) < MAX_AXIS_DIMS and _product(sizes[d] for d in dims) < FOLD_FACTOR * cap
@@ -329,7 +359,7 @@ def fold_axes(sizes, in_strides, kept: bool, cap_a: int, cap_b: int, b_head: tup
         return found
 
     def grow(dims, order, cap, strides, other, other_strides, other_cap):
-        if not open_(dims, cap):
+        if not open_(dims, cap) or (dims is b_dims and whole_b):
             return False
         for d in order:
             if d in used:
