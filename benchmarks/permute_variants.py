@@ -14,7 +14,8 @@ off), ``mreg`` (a register cap on full-vector tile launches, ``tuning.PERMUTE_MA
 ``bgrow`` / ``contig`` (0 or 1:
 ``tuning.FOLD_B_FIRST`` / ``FOLD_CONTIG``) and ``kept`` (with ``area`` or ``warps``: 1 applies them to kept
 tiles only, 0 to transposed tiles only; ``area`` above 1 doubles the smaller side), ``wholeb``
-(``tuning.WHOLE_B_WASTE``).
+(``tuning.WHOLE_B_WASTE``), ``flat`` / ``flatel`` / ``flatw`` (``tuning.ROWS_FLAT``, its elements per program
+and warps).
 Prints one line per case and a summary per variant.
 """
 
@@ -37,6 +38,7 @@ SHORT_RUN_BYTES = tuning.SHORT_RUN_BYTES
 FOLD_B_FIRST = tuning.FOLD_B_FIRST
 FOLD_CONTIG = tuning.FOLD_CONTIG
 WHOLE_B_WASTE = tuning.WHOLE_B_WASTE
+ROWS_FLAT, ROWS_FLAT_ELEMENTS, ROWS_FLAT_WARPS = tuning.ROWS_FLAT, tuning.ROWS_FLAT_ELEMENTS, tuning.ROWS_FLAT_WARPS
 # The 2-D table's large-class tiles (area and warps; the permute kernel has its own order and orientation).
 TABLE_TILES = {es: tuning._config(es, "large") for es in (1, 2, 4, 8)}
 
@@ -57,6 +59,9 @@ def apply(opts: dict) -> None:
     tuning.FOLD_B_FIRST = bool(opts.get("bgrow", FOLD_B_FIRST))
     tuning.FOLD_CONTIG = bool(opts.get("contig", FOLD_CONTIG))
     tuning.WHOLE_B_WASTE = float(opts.get("wholeb", WHOLE_B_WASTE))
+    tuning.ROWS_FLAT = bool(opts.get("flat", ROWS_FLAT))
+    tuning.ROWS_FLAT_ELEMENTS = int(opts.get("flatel", ROWS_FLAT_ELEMENTS))
+    tuning.ROWS_FLAT_WARPS = int(opts.get("flatw", ROWS_FLAT_WARPS))
     tuning.B_FAST_RULE = bool(opts.get("bfast", 1))
     tuning.B_FIRST_SIZES = frozenset(_sizes(opts["bfirst"])) if "bfirst" in opts else B_FIRST_SIZES
     tuning.PERMUTE_TILES = PERMUTE_TILES | {es: TABLE_TILES[es] for es in _sizes(opts.get("t2d", 0))}

@@ -40,6 +40,23 @@ def test_table_and_plot(tmp_path):
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"
 
 
+def test_plot_of_a_permute_file(tmp_path):
+    """A permute results file (records with ``perm``, op ``permute``) plots one figure per dtype, each
+    case labelled with its shape and dims."""
+    rows = []
+    for shape, perm, dtype in (([8, 16, 4], [0, 2, 1], "bfloat16"), ([3, 5, 7, 2], [3, 1, 0, 2], "bfloat16"),
+                               ([6, 6, 6], [2, 1, 0], "int8")):  # fmt: skip
+        for r in _records():
+            if r["backend"] == "triton":
+                r = dict(r, op="permute", backend="auto")
+            rows.append(dict(r, shape=shape, perm=perm, dtype=dtype))
+    path = tmp_path / "h200-2026-12-01-permute-test.json"
+    path.write_text(json.dumps(rows))
+    pngs = plots.draw(str(path))
+    assert sorted(p.rsplit("-", 1)[1] for p in pngs) == ["bfloat16.png", "int8.png"]
+    assert plots._label(((3, 5, 7, 2), (3, 1, 0, 2))) == "3x5x7x2 (3,1,0,2)"
+
+
 def test_suite_parts_split_the_suite():
     whole = bench.suite_cases("2d")
     parts = [c for k in (1, 2, 3) for c in bench.suite_cases("2d", f"{k}/3")]

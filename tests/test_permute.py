@@ -54,6 +54,8 @@ NAMED = [
     ("kept_run_of_3", (6, 5, 4, 8, 9, 3), (3, 1, 4, 0, 2, 5), torch.float32, "contiguous", "rows"),
     # inner dimension kept, 4 floats: 16-byte vectors on both sides across folded dimensions
     ("kept_run_of_4_vectors", (16, 8, 32, 4), (2, 0, 1, 3), torch.float32, "contiguous", "rows"),
+    # kept runs of 384 floats: the flat rows kernel, its last program partly masked (1440 vectors, 512 each)
+    ("kept_long_runs_flat", (3, 5, 4, 96), (1, 0, 2, 3), torch.float32, "contiguous", "rows"),
     # moved, both runs short and of odd length: several dimensions on each tile axis
     ("moved_odd_short_runs", (5, 7, 6, 9, 3), (4, 2, 0, 3, 1), torch.int8, "contiguous", "tiles"),
     ("moved_vectors_across_folds", (12, 8, 20, 4), (3, 1, 0, 2), torch.float32, "contiguous", "tiles"),
@@ -188,7 +190,7 @@ LAYOUT_CASES = [
     ((60, 2816, 416), (1, 2, 0), 1),
     ((48, 384, 32, 38), (0, 2, 3, 1), 4),
     ((736, 152, 224), (0, 2, 1), 4),
-    ((8, 4096, 32, 128), (0, 2, 1, 3), 2),
+    ((124, 24, 84, 12, 16), (3, 2, 0, 1, 4), 2),  # kept 32-byte runs: the tile kernel (long ones run flat)
     ((64, 256, 56, 56), (0, 2, 3, 1), 2),
 ]
 
@@ -206,11 +208,13 @@ def test_tile_kernel_lanes_run_along_each_sides_fastest_axis(shape, dims, elemen
     strides = torch.empty(shape).stride()
     p = plan.plan_permute(shape, strides, dims, element_size)
     assert p.kind in ("rows", "tiles")
-    block_b, block_a = tuning.permute_launch(p, element_size).blocks
+    go = tuning.permute_launch(p, element_size)
+    assert not go.flat
+    block_b, block_a = go.blocks
     accesses = every_access_layout(compiled_tile_kernel(p, element_size).asm["ttgir"])
     assert sorted(op for op, _, _ in accesses) == ["load", "load", "store", "store"]
     for op, layout, shape in accesses:
-        fastest = block_a if op == "load" or p.kind == "rows" else block_b
+        fastest = block_a if op == "load" or go.kept else block_b
         assert shape[0] == fastest, (op, shape, (block_a, block_b))
         assert layout["order"][0] == 0, (op, layout)
         assert layout["threadsPerWarp"][0] * layout["sizePerThread"][0] > 1, (op, layout)
@@ -252,6 +256,8 @@ def test_offset_bounds_cover_every_offset_the_kernel_forms():
         if p.kind not in ("rows", "tiles", "copy"):
             continue
         go = tuning.permute_launch(p, x.element_size())
+        if go.flat:  # the flat rows kernel's own bound: test_flat_rows_offsets_bound
+            continue
         args, _ = tile_args(p, go)
         a_in, a_out, b_in, b_out, n = args[4:6], args[6:8], args[8:10], args[10:12], args[12:15]
         (block_b, block_a), (tiles_b, tiles_a) = go.blocks, go.grid
@@ -350,7 +356,7 @@ def test_offset_width_follows_the_measured_rule(shape, dims, element_size, offse
     [
         ((48, 384, 32, 38), (0, 2, 3, 1), (64, 64), 16),  # 16-byte vectors: half the 2-D tile (TILES_4B)
         ((23, 21, 112, 32, 16), (2, 1, 4, 3, 0), (64, 64), 16),  # 4-byte store vectors: TILES_4B
-        ((37, 16, 24, 29, 44), (0, 2, 1, 3, 4), (64, 128), 16),  # inner dimension kept: the 2-D tile
+        ((124, 24, 84, 12, 16), (3, 2, 0, 1, 4), (64, 128), 16),  # inner dimension kept: the 2-D tile
     ],
 )
 def test_transposed_4_byte_tiles_follow_the_measured_rule(shape, dims, blocks, warps):
@@ -434,3 +440,91 @@ def test_b_holds_a_whole_run_when_nothing_can_continue_it(shape, dims, element_s
     p = plan.plan_permute(shape, _contiguous_strides(shape), dims, element_size)
     go = tuning.permute_launch(p, element_size)
     assert (go.b_dims, go.blocks) == (b_dims, blocks)
+
+
+@pytest.mark.parametrize(
+    "shape,dims,element_size,flat",
+    [
+        ((37, 16, 24, 29, 44), (0, 2, 1, 3, 4), 4, True),  # 5104-byte kept runs (measured 0.98 -> 1.03)
+        ((68, 38, 72, 92), (2, 0, 1, 3), 4, True),  # 368 bytes (0.94 -> 0.99)
+        ((8, 4096, 32, 128), (0, 2, 1, 3), 2, True),  # 256 bytes
+        ((124, 24, 84, 12, 16), (3, 2, 0, 1, 4), 2, False),  # 32 bytes (0.92 -> 0.62 flat): the tile kernel
+        ((9, 2, 130, 8), (2, 0, 1, 3), 2, False),  # 16 bytes
+        ((3, 5, 4, 96), (1, 0, 2, 3), 4, True),
+    ],
+)
+def test_long_kept_runs_take_the_flat_rows_kernel(shape, dims, element_size, flat):
+    go = tuning.permute_launch(plan.plan_permute(shape, _contiguous_strides(shape), dims, element_size), element_size)
+    assert go.flat is flat
+    if flat:
+        assert go.vec == (16 // element_size,) * 2 and go.blocks == (tuning.ROWS_FLAT_ELEMENTS * element_size // 16,)
+
+
+def _flat_max_offset(p, go) -> int:
+    """The largest input offset the flat rows kernel forms, masked tail vectors included."""
+    import numpy as np
+
+    vec, block = go.vec[0], go.blocks[0]
+    v = np.arange(go.programs * block, dtype=np.int64)
+    vectors = int(np.prod(p.sizes)) // vec
+    v = np.where(v < vectors, v, 0)  # as the kernel: masked vectors decode vector 0
+    row_vectors = p.sizes[-1] // vec
+    row = v // row_vectors
+    base = _decoded_offsets(row, p.sizes[:-1][::-1], p.in_strides[:-1][::-1]) + (v % row_vectors) * vec
+    return int(base.max()) + vec - 1
+
+
+def _decoded_offsets(index, sizes, strides):
+    import numpy as np
+
+    off = np.zeros_like(index)
+    for i, (size, stride) in enumerate(zip(sizes, strides)):
+        if i < len(sizes) - 1:
+            off += (index % size) * stride
+            index = index // size
+        else:
+            off += index * stride
+    return off
+
+
+@pytest.mark.parametrize(
+    "shape,strides,offsets64",
+    [
+        ((3, 64), (2**29, 1), False),  # rows 2**29 floats apart: offsets below 2**31
+        ((3, 64), (2**30, 1), True),  # 2**30 apart: the last row starts past 2**31
+        ((5, 3, 384), (384, 1920, 1), False),
+    ],
+)
+def test_flat_rows_offsets_bound(shape, strides, offsets64):
+    """The flat rows kernel's int32 offsets hold every offset it forms, masked tail vectors included."""
+    p = plan.plan_permute(shape, strides, tuple(range(len(shape))), 4)
+    go = tuning.permute_launch(p, 4)
+    assert p.kind == "rows" and go.flat
+    assert go.offsets64 is offsets64
+    if not go.offsets64:
+        assert _flat_max_offset(p, go) < 2**31
+
+
+@without_interpreter
+def test_flat_rows_kernel_moves_16_byte_vectors():
+    """Compiled for sm_90 (no GPU): the flat rows kernel's load and store give each thread one whole
+    16-byte vector (VEC elements along the tile's dimension 1), for 2- and 4-byte elements."""
+    from tileflip.kernels.triton_layout import every_access_layout
+    from tileflip.kernels.triton_permute import compiled_tile_kernel
+
+    for shape, dims, element_size in (((68, 38, 72, 92), (2, 0, 1, 3), 4), ((8, 4096, 32, 128), (0, 2, 1, 3), 2)):
+        p = plan.plan_permute(shape, _contiguous_strides(shape), dims, element_size)
+        go = tuning.permute_launch(p, element_size)
+        assert go.flat
+        accesses = every_access_layout(compiled_tile_kernel(p, element_size).asm["ttgir"])
+        assert sorted(op for op, _, _ in accesses) == ["load", "store"]
+        for op, layout, tile in accesses:
+            assert tile == (go.blocks[0], go.vec[0]), (op, tile)
+            assert layout["sizePerThread"][1] * element_size == 16 and layout["order"][0] == 1, (op, layout)
+
+
+def test_plan_text_names_the_flat_rows_kernel():
+    from tileflip import explain
+
+    text = explain.permute_text((37, 16, 24, 29, 44), (0, 2, 1, 3, 4), dtype="float32")
+    assert "flat rows kernel" in text and "4-element vectors (16 B loads and stores)" in text

@@ -198,6 +198,11 @@ def _check_vectors(p, element_size):
     of VEC, and every offset along the other axis and of the batch is a multiple of VEC: what the kernel's
     tl.multiple_of / tl.max_contiguous hints claim."""
     go = tuning.permute_launch(p, element_size)
+    if go.flat:  # the flat rows kernel: every row holds whole vectors, every row's input offset a multiple
+        vec = go.vec[0]
+        assert go.kept and go.vec == (vec, vec) and vec * element_size == 16
+        assert p.in_strides[-1] == 1 and p.sizes[-1] % vec == 0 and all(st % vec == 0 for st in p.in_strides[:-1])
+        return go
     out_strides = p.out_strides
     (block_b, block_a), (vec_load, vec_store) = go.blocks, go.vec
     size_a = int(np.prod([p.sizes[d] for d in go.a_dims]))
@@ -273,6 +278,9 @@ def test_tile_axes_partition_the_dims_and_vectors_hold():
         if p.kind not in ("rows", "tiles", "copy"):
             continue
         go = _check_vectors(p, size)
+        if go.flat:
+            assert p.kind == "rows" and go.a_dims == (len(p.sizes) - 1,)
+            continue
         dims = go.a_dims + go.b_dims + go.batch_dims
         assert sorted(dims) == list(range(len(p.sizes)))
         assert 1 <= len(go.a_dims) <= tuning.MAX_AXIS_DIMS and len(go.b_dims) <= tuning.MAX_AXIS_DIMS

@@ -103,6 +103,14 @@ def _permute_launch(p, size) -> list[str]:
             f"general kernel: {_product(p.sizes)} elements gathered, {go.blocks[0]} per program, "
             f"grid {go.programs} programs"
         ]
+    if go.flat:
+        return [
+            f"flat rows kernel: the output as one run of {go.vec[0]}-element vectors "
+            f"({go.vec[0] * size} B loads and stores), {go.blocks[0]} vectors per program, {go.num_warps} warps; "
+            f"each vector's input offset from its row (rows of {p.sizes[-1]} elements); "
+            f"{64 if go.offsets64 else 32}-bit offsets",
+            f"grid: {go.programs} programs (1-D)",
+        ]
     bb, ba = go.blocks
 
     def axis(dims):

@@ -236,6 +236,20 @@ TILES_4B = {4: 1, 16: 1}  # narrower side's vector bytes -> halvings of the 2-D 
 WHOLE_DIM_WARPS = {2: 4}
 # ``short_head``: a kept inner dimension shorter than this (bytes) is tiled as moved, from axis B (0: off).
 SHORT_RUN_BYTES = 16
+# ``rows_flat_launch``: rows plans with 16-byte vectors on both sides and kept runs of at least
+# ROWS_FLAT_MIN_BYTES run the flat rows kernel (the output as one run of vectors, the form of
+# torch.compile's kernel for such a permute), ROWS_FLAT_ELEMENTS elements per program on ROWS_FLAT_WARPS
+# warps. Measured on the permute suites, H200, 2026-12-01 session 9 (experiments/
+# h200-2026-12-01-permute-variants-flat.json, variant f2k4 against base): fp32 (37,16,24,29,44)
+# (0,2,1,3,4), 5104-byte runs, 0.98 -> 1.03 of copy; fp32 (68,38,72,92) (2,0,1,3), 368 bytes, 0.94 ->
+# 0.99; bf16 (320,128,1344) (1,0,2) 0.94 -> 0.97; bf16 (8,4096,32,128) (0,2,1,3), 256 bytes, 0.97 either
+# way; bf16 (124,24,84,12,16) (3,2,0,1,4), 32-byte runs, 0.92 -> 0.62 (the tile kernel's loads run
+# across the input's next dimensions there), hence the minimum. 1024 to 4096 elements on 4 or 8 warps
+# were within 0.01 of one another.
+ROWS_FLAT = True
+ROWS_FLAT_MIN_BYTES = 256
+ROWS_FLAT_ELEMENTS = 2048
+ROWS_FLAT_WARPS = 4
 # Register caps (``maxnreg``) of tile launches whose both sides move 16-byte vectors, by element size
 # (none where absent).
 PERMUTE_MAXNREG: dict = {}
@@ -279,6 +293,8 @@ class PermuteLaunch:
     offsets took about 40% more registers, halving the programs an SM holds; see ``offsets_need_64``).
     ``maxnreg``: a cap on registers per thread for the compiler (0: none).
     general: ``blocks`` = (BLOCK,), ``grid`` = (programs,).
+    ``flat`` (rows, ``rows_flat_launch``): the flat rows kernel; ``blocks`` = (vectors per program,),
+    ``grid`` = (programs,), ``vec`` = (VEC, VEC), ``a_dims`` = (the kept dimension,).
     """
 
     blocks: tuple
@@ -294,6 +310,7 @@ class PermuteLaunch:
     b_fast: bool = False
     offsets64: bool = True
     maxnreg: int = 0
+    flat: bool = False
 
     @property
     def options(self) -> dict:
@@ -560,6 +577,22 @@ def short_head(sizes, in_strides, element_size: int) -> tuple:
     return (last,) if sizes[last] * element_size < SHORT_RUN_BYTES and rest else ()
 
 
+def rows_flat_launch(sizes, in_strides, element_size: int, vec: tuple) -> PermuteLaunch | None:
+    """The flat rows kernel's launch for a rows plan whose both sides move 16-byte vectors, with kept runs
+    of at least ROWS_FLAT_MIN_BYTES (ROWS_FLAT on), else None: the output walked as one contiguous run of
+    VEC-element vectors, ROWS_FLAT_ELEMENTS per program, each vector's input offset decoded from its row
+    (every row holds whole vectors)."""
+    cap = VECTOR_BYTES // element_size
+    if not ROWS_FLAT or vec != (cap, cap) or len(sizes) < 2 or sizes[-1] * element_size < ROWS_FLAT_MIN_BYTES:
+        return None
+    block = ROWS_FLAT_ELEMENTS // cap
+    vectors = _product(sizes) // cap
+    top = sum((s - 1) * st for s, st in zip(sizes, in_strides))  # masked vectors decode vector 0
+    wide = not OFFSETS32_RULE or top >= 2**31 or _product(sizes) + block * cap >= 2**31
+    return PermuteLaunch((block,), ROWS_FLAT_WARPS, (cdiv(vectors, block),), a_dims=(len(sizes) - 1,),
+                         vec=(cap, cap), kept=True, offsets64=wide, flat=True)  # fmt: skip
+
+
 def permute_launch(p, element_size: int) -> PermuteLaunch:
     """The launch of ``p`` (a ``tileflip.plan.PermutePlan`` of kind rows, copy, tiles or general)."""
     sizes = p.sizes
@@ -567,6 +600,10 @@ def permute_launch(p, element_size: int) -> PermuteLaunch:
         head = short_head(sizes, p.in_strides, element_size) if p.kind != "copy" else ()
         kept = p.kind != "tiles" and not head
         vec = vector_widths(sizes, p.in_strides, kept, element_size, head)
+        if p.kind == "rows" and kept:
+            flat = rows_flat_launch(sizes, p.in_strides, element_size, vec)
+            if flat is not None:
+                return flat
         vector_bytes = min(vec) * element_size
         step = narrow_step(vector_bytes)  # its offset rule holds for TILES_4B launches too (as measured)
         config = permute_config(element_size, vector_bytes, kept)

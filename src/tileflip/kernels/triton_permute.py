@@ -1,12 +1,14 @@
 """Triton kernels for N-D permutes (``tileflip.plan.plan_permute``), with their launcher.
 
-Two kernels. The tile kernel serves the plan kinds copy, rows and tiles: a BLOCK_A x BLOCK_B tile whose
+Three kernels. The tile kernel serves the plan kinds copy, rows and tiles: a BLOCK_A x BLOCK_B tile whose
 axis A folds up to four of the input's fastest dimensions and axis B up to four of the output's fastest
 into one linear index each, over a batch of up to six more (``tileflip.tuning.tile_launch`` picks them).
 Row and column offsets are decoded once per row and column vector (int32 ``//`` and ``%`` by runtime
 sizes) and broadcast into the 2-D pointer tile; the batch once per program. Each side (input, output)
 decodes an axis over its own merged dimensions (``merge_side``), so a run that is contiguous on that
-side is one multiply by a unit stride, visibly contiguous to Triton's analysis. The general kernel gathers
+side is one multiply by a unit stride, visibly contiguous to Triton's analysis. The flat rows kernel
+serves rows plans whose kept runs are long and whole 16-byte vectors (``tuning.rows_flat_launch``): the
+output as one run of vectors, each vector's input offset decoded from its row. The general kernel gathers
 each output element from its input offset (1-D gathers). Dimension tuples are ordered innermost first,
 sizes and strides are runtime arguments (only ranks, blocks and vector widths are constexpr), and
 memory offsets are int32 where the planner bounds every offset below 2**31 (``PermuteLaunch.offsets64``;
@@ -119,6 +121,27 @@ def permute_general_kernel(x_ptr, out_ptr, numel, sizes, in_strides, NDIM: tl.co
     tl.store(out_ptr + offs, v, mask=mask)
 
 
+@triton.jit
+def permute_rows_flat_kernel(
+    x_ptr, out_ptr, vectors, row_vectors, sizes, in_strides,
+    NDIM: tl.constexpr, VEC: tl.constexpr, BLOCK: tl.constexpr, OFF64: tl.constexpr,
+):  # fmt: skip
+    """Rows plan (inner dimension kept, every row whole VEC-element vectors): BLOCK consecutive vectors of
+    the contiguous output, each loaded from its row's input offset (the row decoded over the other NDIM
+    dimensions, innermost first) plus its place in the row. Offsets are int32 where the planner bounds
+    them below 2**31 (``tuning.rows_flat_launch``)."""
+    DT: tl.constexpr = tl.int64 if OFF64 else tl.int32
+    v = tl.program_id(0).to(DT) * BLOCK + tl.arange(0, BLOCK).to(DT)
+    mask = v < vectors
+    w = tl.where(mask, v, 0)  # masked vectors decode vector 0: every offset formed is one the tensor holds
+    row = w // row_vectors
+    base = _decode(row, sizes, in_strides, NDIM, OFF64) + (w - row * row_vectors) * VEC
+    base = tl.multiple_of(base, VEC)
+    lane = tl.arange(0, VEC)
+    tile = tl.load(x_ptr + (base[:, None] + lane[None, :]), mask=mask[:, None])
+    tl.store(out_ptr + (v[:, None] * VEC + lane[None, :]), tile, mask=mask[:, None])
+
+
 def _axis(dims, sizes, in_strides, out_strides):
     """Sizes, input strides and output strides of a group of dims, padded to one dimension of size 1."""
     if not dims:
@@ -165,6 +188,12 @@ def launch_of(plan, element_size: int) -> tuple:
     go = tuning.permute_launch(plan, element_size)
     if plan.kind == "general":
         return go, (), {}
+    if go.flat:
+        vec = go.vec[0]
+        others = plan.sizes[:-1][::-1], plan.in_strides[:-1][::-1]
+        args = (tuning._product(plan.sizes) // vec, plan.sizes[-1] // vec, *others)
+        return go, args, dict(NDIM=len(others[0]), VEC=vec, BLOCK=go.blocks[0], OFF64=go.offsets64,
+                              num_warps=go.num_warps)  # fmt: skip
     args, constexprs = tile_args(plan, go)
     return go, args, constexprs | go.options
 
@@ -183,20 +212,30 @@ def launch(x, out, plan) -> None:
             NDIM=len(plan.sizes), BLOCK=go.blocks[0], num_warps=go.num_warps,
         )  # fmt: skip
         return
+    if go.flat:
+        permute_rows_flat_kernel[(go.programs,)](xi, oi, *args, **kwargs)
+        return
     permute_tile_kernel[(go.programs,)](xi, oi, *args, **kwargs)
 
 
 def compiled_tile_kernel(plan, element_size: int):
-    """The tile kernel of ``plan`` compiled for sm_90 as its launch would specialize it (no GPU needed;
-    under TRITON_INTERPRET=1 a second copy of this module is loaded with the interpreter off)."""
+    """The kernel of ``plan``'s launch (the tile kernel, or the flat rows kernel where the launch is flat)
+    compiled for sm_90 as its launch would specialize it (no GPU needed; under TRITON_INTERPRET=1 a
+    second copy of this module is loaded with the interpreter off)."""
     from tileflip.kernels.triton_layout import compile_launch
 
     go = tuning.permute_launch(plan, element_size)
+    pointer = {1: "*u8", 2: "*u16", 4: "*u32", 8: "*u64"}[element_size]
+    if go.flat:
+        _, args, kwargs = launch_of(plan, element_size)
+        kernel = _compilable_module().permute_rows_flat_kernel
+        names = [p.name for p in kernel.params if not p.is_constexpr]
+        constexprs = {k: v for k, v in kwargs.items() if k != "num_warps"}
+        return compile_launch(kernel, dict(zip(names, (None, None, *args))), constexprs, go.num_warps, pointer)
     args, constexprs = tile_args(plan, go)
     kernel = _compilable_module().permute_tile_kernel
     names = [p.name for p in kernel.params if not p.is_constexpr]
     values = dict(zip(names, (None, None, *args)))
-    pointer = {1: "*u8", 2: "*u16", 4: "*u32", 8: "*u64"}[element_size]
     return compile_launch(kernel, values, constexprs, go.num_warps, pointer, maxnreg=go.maxnreg)
 
 
