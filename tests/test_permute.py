@@ -220,18 +220,25 @@ def test_tile_kernel_lanes_run_along_each_sides_fastest_axis(shape, dims, elemen
         assert layout["threadsPerWarp"][0] * layout["sizePerThread"][0] > 1, (op, layout)
 
 
-def _decoded_max(index_count: int, sizes, strides) -> int:
-    """The largest offset the kernel's ``_decode`` forms over linear indices 0 .. index_count - 1."""
+def _decoded_offsets(index, sizes, strides):
+    """The offsets the kernels' ``_decode`` forms for these linear indices (a numpy int64 array)."""
     import numpy as np
 
-    index, off = np.arange(index_count, dtype=np.int64), np.zeros(index_count, dtype=np.int64)
+    off = np.zeros_like(index)
     for i, (size, stride) in enumerate(zip(sizes, strides)):
         if i < len(sizes) - 1:
             off += (index % size) * stride
             index = index // size
         else:
             off += index * stride
-    return int(off.max())
+    return off
+
+
+def _decoded_max(index_count: int, sizes, strides) -> int:
+    """The largest offset the kernel's ``_decode`` forms over linear indices 0 .. index_count - 1."""
+    import numpy as np
+
+    return int(_decoded_offsets(np.arange(index_count, dtype=np.int64), sizes, strides).max())
 
 
 def _named_tile_cases():
@@ -474,19 +481,6 @@ def _flat_max_offset(p, go) -> int:
     return int(base.max()) + vec - 1
 
 
-def _decoded_offsets(index, sizes, strides):
-    import numpy as np
-
-    off = np.zeros_like(index)
-    for i, (size, stride) in enumerate(zip(sizes, strides)):
-        if i < len(sizes) - 1:
-            off += (index % size) * stride
-            index = index // size
-        else:
-            off += index * stride
-    return off
-
-
 @pytest.mark.parametrize(
     "shape,strides,offsets64",
     [
@@ -528,3 +522,47 @@ def test_plan_text_names_the_flat_rows_kernel():
 
     text = explain.permute_text((37, 16, 24, 29, 44), (0, 2, 1, 3, 4), dtype="float32")
     assert "flat rows kernel" in text and "4-element vectors (16 B loads and stores)" in text
+
+
+def _flat_view(rng: random.Random, dtype, device, seed):
+    """A tensor whose permutes keep a long inner run (>= 256 bytes, whole 16-byte vectors): contiguous, a
+    slice of whole rows (a storage offset), a step over an outer dimension, an expanded dimension, or an
+    input 4 bytes off a 16-byte boundary (strides still whole vectors: the kernel may not vectorize)."""
+    size = torch.empty((), dtype=dtype).element_size()
+    run = rng.choice([256, 384, 1024]) // size
+    outer = [rng.choice([2, 3, 5, 7]) for _ in range(rng.randint(1, 3))]
+    kind = rng.choice(["contiguous", "rows_sliced", "outer_step", "expanded", "unaligned"])
+    shape = (*outer, run)
+    if kind == "rows_sliced":
+        x = random_bits((outer[0] + 1, *outer[1:], run), dtype, device, seed)[1:]
+    elif kind == "outer_step":
+        x = random_bits((2 * outer[0], *outer[1:], run), dtype, device, seed)[::2]
+    elif kind == "expanded":
+        x = random_bits((1, *outer[1:], run), dtype, device, seed).expand(shape)
+    elif kind == "unaligned":
+        numel = run * int(torch.Size(outer).numel())
+        x = random_bits((numel + 4 // size,), dtype, device, seed)[4 // size:].view(shape)
+    else:
+        x = random_bits(shape, dtype, device, seed)
+    return x, kind
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_flat_rows_sweep(device):
+    """Permutes that keep a long inner run, over strided, offset, expanded and unaligned inputs: bits equal,
+    and the flat rows kernel takes most of them."""
+    rng = random.Random(5)
+    flat = 0
+    for i in range(40):
+        dtype = rng.choice([torch.float32, torch.bfloat16, torch.int8, torch.float64])
+        x, kind = _flat_view(rng, dtype, device, seed=i)
+        outer = list(range(x.dim() - 1))
+        rng.shuffle(outer)
+        dims = (*outer, x.dim() - 1)
+        p = plan.plan_permute(tuple(x.shape), tuple(x.stride()), dims, x.element_size())
+        if p.kind == "rows":
+            flat += tuning.permute_launch(p, x.element_size()).flat
+        out = poisoned(tuple(x.shape[d] for d in dims), dtype, device)
+        tileflip.permute(x, dims, out)
+        assert_bits_equal(out, x.permute(dims))
+    assert flat >= 20
