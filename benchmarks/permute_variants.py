@@ -10,7 +10,7 @@ sizes, as digits, that take the 2-D table's large tile as ``tuning.PERMUTE_TILES
 warps, and 0 to keep its int64 offsets), ``warps`` (num_warps) and ``area`` (a factor on the large
 tile's area: 0.5 halves the larger side; with ``warps`` or ``area`` the narrow rule and TILES_4B are
 off), ``mreg`` (a register cap on full-vector tile launches, ``tuning.PERMUTE_MAXNREG``) with
-``mregsize`` (only that element size), ``short`` (``tuning.SHORT_RUN_BYTES``; 0 turns ``short_head`` off),
+``mregsize`` (only that element size), ``short`` (``tuning.SHORT_RUN_BYTES``; 0 turns ``short_kept_run`` off),
 ``bgrow`` / ``contig`` (0 or 1:
 ``tuning.FOLD_B_FIRST`` / ``FOLD_CONTIG``) and ``kept`` (with ``area`` or ``warps``: 1 applies them to kept
 tiles only, 0 to transposed tiles only; ``area`` above 1 doubles the smaller side), ``wholeb``

@@ -50,7 +50,7 @@ NAMED = [
     ("rank8_short_runs", (2, 2, 3, 2, 2, 3, 2, 5), (7, 0, 6, 1, 5, 2, 4, 3), torch.int16, "contiguous", "tiles"),
     ("rank8_inner_kept", (2, 2, 3, 2, 2, 3, 2, 17), (6, 0, 5, 1, 4, 2, 3, 7), torch.int8, "contiguous", "rows"),
     ("rank8_all_folds", (3, 2, 5, 2, 3, 2, 5, 3), (1, 3, 5, 7, 0, 2, 4, 6), torch.bfloat16, "contiguous", "tiles"),
-    # inner dimension kept, 3 elements (12 bytes): tiled as moved, axis B starting from the run (short_head)
+    # inner dimension kept, 3 elements (12 bytes): tiled as moved, axis B starting from the run (short_kept_run)
     ("kept_run_of_3", (6, 5, 4, 8, 9, 3), (3, 1, 4, 0, 2, 5), torch.float32, "contiguous", "rows"),
     # inner dimension kept, 4 floats: 16-byte vectors on both sides across folded dimensions
     ("kept_run_of_4_vectors", (16, 8, 32, 4), (2, 0, 1, 3), torch.float32, "contiguous", "rows"),

@@ -286,8 +286,8 @@ def test_tile_axes_partition_the_dims_and_vectors_hold():
         assert 1 <= len(go.a_dims) <= tuning.MAX_AXIS_DIMS and len(go.b_dims) <= tuning.MAX_AXIS_DIMS
         assert len(go.batch_dims) <= tuning.MAX_BATCH_DIMS
         last = len(p.sizes) - 1
-        if p.kind == "rows" and not go.kept:  # a short kept run (tuning.short_head): A from the next dimension
-            assert tuning.short_head(p.sizes, p.in_strides, size) == (last,) and p.sizes[last] * size < 16
+        if p.kind == "rows" and not go.kept:  # a short kept run (tuning.short_kept_run): A from the next dimension
+            assert tuning.short_kept_run(p.sizes, p.in_strides, size) and p.sizes[last] * size < 16
             others = [i for i in range(last) if p.in_strides[i] > 0]
             assert go.a_dims[0] == min(others, key=lambda i: (p.in_strides[i], -i))
         else:

@@ -306,7 +306,7 @@ class PermutePlan:
         tile whose axis A folds the input's fastest dimensions (starting at ``a``) and whose axis B
         folds the output's fastest, batched over the rest (``tileflip.tuning.tile_launch``); rows
         loads and stores along A, tiles loads along A and stores along B (so does rows where the kept
-        run is under 16 bytes, with B starting from it: ``tileflip.tuning.short_head``);
+        run is under 16 bytes, with B starting from it: ``tileflip.tuning.short_kept_run``);
       * ``general``: a 1-D gather (one merged dimension of stride != 1), or no dimension but the
         output's last with a non-zero input stride: each output element gathered from its input offset.
     """

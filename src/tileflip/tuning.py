@@ -234,7 +234,7 @@ TILES_4B = {4: 1, 16: 1}  # narrower side's vector bytes -> halvings of the 2-D 
 # 2-byte suite cases with such tiles ran at 0.986 / 0.957 / 0.928 of copy on 4 warps against 0.973 /
 # 0.944 / 0.929 on 16 (fp16 NCHW->NHWC, NHWC->NCHW, bf16 (256,752,256) (2,1,0)).
 WHOLE_DIM_WARPS = {2: 4}
-# ``short_head``: a kept inner dimension shorter than this (bytes) is tiled as moved, from axis B (0: off).
+# ``short_kept_run``: a kept inner dimension shorter than this (bytes) is tiled as moved (0: off).
 SHORT_RUN_BYTES = 16
 # ``rows_flat_launch``: rows plans with 16-byte vectors on both sides and kept runs of at least
 # ROWS_FLAT_MIN_BYTES run the flat rows kernel (the output as one run of vectors, the form of
@@ -325,26 +325,32 @@ class PermuteLaunch:
         return n
 
 
-def fold_axes(sizes, in_strides, kept: bool, cap_a: int, cap_b: int, b_head: tuple = ()) -> tuple[tuple, tuple, tuple]:
+def _by_input_stride(in_strides) -> list:
+    """The dimensions but the output's fastest (the last) that the input steps through, fastest first."""
+    last = len(in_strides) - 1
+    return sorted((i for i in range(last) if in_strides[i] > 0), key=lambda i: (in_strides[i], -i))
+
+
+def fold_axes(sizes, in_strides, kept: bool, cap_a: int, cap_b: int) -> tuple[tuple, tuple, tuple]:
     """Split merged dimensions into axis A (input-fastest first), axis B (output-fastest first) and batch.
 
-    Both axes start from their side's fastest dimension (B from ``b_head`` when given: the output's
-    fastest dimensions, ``short_head``); then, one dimension at a time and turn about,
-    each axis takes its side's next fastest dimension while it spans fewer than FOLD_FACTOR tile widths
-    (and holds fewer than MAX_AXIS_DIMS). Dimensions of input stride 0 stay in the batch. The batch is
-    ordered innermost (output order) first, and folded back into B when it would exceed MAX_BATCH_DIMS.
+    Both axes start from their side's fastest dimension; then, one dimension at a time and turn about
+    (B first: FOLD_B_FIRST), each axis takes its side's next fastest dimension while it spans fewer than
+    FOLD_FACTOR tile widths (and holds fewer than MAX_AXIS_DIMS), passing over one that only continues the
+    other axis's run (FOLD_CONTIG); B may hold one whole dimension alone (WHOLE_B_WASTE). Dimensions of
+    input stride 0 stay in the batch. The batch is ordered innermost (output order) first, and folded
+    back into B when it would exceed MAX_BATCH_DIMS.
     """
     n = len(sizes)
     last = n - 1
-    skip = set(b_head) | {last}
-    by_stride = sorted((i for i in range(n) if in_strides[i] > 0 and i not in skip), key=lambda i: (in_strides[i], -i))
+    by_stride = _by_input_stride(in_strides)
     if kept:
         a_order = [last] + by_stride
         b_order = [i for i in range(last - 1, -1, -1)]
     else:
         a_order = by_stride
         b_order = list(range(last, -1, -1))
-    a_dims, b_dims = [a_order[0]], [] if kept else list(b_head or (last,))
+    a_dims, b_dims = [a_order[0]], [] if kept else [last]
     if kept and n > 1:
         b_dims = [b_order[0]] if b_order[0] != a_dims[0] else []
     used = set(a_dims) | set(b_dims)
@@ -378,11 +384,12 @@ def fold_axes(sizes, in_strides, kept: bool, cap_a: int, cap_b: int, b_head: tup
     def grow(dims, order, cap, strides, other, other_strides, other_cap):
         if not open_(dims, cap) or (dims is b_dims and whole_b):
             return False
+        theirs = chain(other, other_strides, other_cap) if FOLD_CONTIG else []
+        mine = chain(dims, strides, cap) if theirs else []
         for d in order:
             if d in used:
                 continue
-            if (FOLD_CONTIG and d in chain(other, other_strides, other_cap)
-                    and d not in chain(dims, strides, cap)):  # fmt: skip
+            if d in theirs and d not in mine:
                 continue  # left to the other axis, whose contiguous run it continues
             dims.append(d)
             used.add(d)
@@ -420,16 +427,15 @@ def _axis_block(size: int, first: int, cap: int) -> int:
 
 
 def tile_launch(sizes, in_strides, kept: bool, vec: tuple, config, offsets32: bool = True,
-                whole_dim_warps: int = 0, b_first: bool = False, b_head: tuple = ()) -> PermuteLaunch:  # fmt: skip
+                whole_dim_warps: int = 0, b_first: bool = False) -> PermuteLaunch:  # fmt: skip
     """The tile kernel's launch (plan kinds rows, copy and tiles) for merged sizes and input strides,
     with the (load, store) vector widths of ``vector_widths``; ``offsets32`` False keeps int64 offsets
     even where ``offset_bounds`` would allow int32 (a narrow step measured faster so);
     ``whole_dim_warps``, when not 0, the warps of a tile that spans a whole first dimension;
-    ``b_first``: a transposed tile's programs step along B whatever the tile counts; ``b_head``: the
-    dimensions B starts from (``short_head``)."""
+    ``b_first``: a transposed tile's programs step along B whatever the tile counts."""
     area = config.block_m * config.block_n
     cap_a, cap_b = config.block_n, config.block_m
-    a_dims, b_dims, batch_dims = fold_axes(sizes, in_strides, kept, cap_a, cap_b, b_head)
+    a_dims, b_dims, batch_dims = fold_axes(sizes, in_strides, kept, cap_a, cap_b)
     size_a = _product(sizes[d] for d in a_dims)
     size_b = _product(sizes[d] for d in b_dims)
     block_a = _axis_block(size_a, sizes[a_dims[0]], cap_a)
@@ -483,17 +489,13 @@ def offsets_need_64(sizes, in_strides, axes) -> bool:
     return max(offset_bounds(sizes, in_strides, axes)) >= 2**31
 
 
-def vector_widths(sizes, in_strides, kept: bool, element_size: int, b_head: tuple = ()) -> tuple[int, int]:
+def vector_widths(sizes, in_strides, kept: bool, element_size: int) -> tuple[int, int]:
     """Load and store vector widths (elements) of the tile kernel: powers of two up to 16 bytes that
     divide the fastest dimension's size on that side and every input stride (loads) or that size (stores).
-    The input side's fastest dimension is A's first (``fold_axes``, with the same ``b_head``)."""
+    The input side's fastest dimension is A's first (``fold_axes``)."""
     cap = max(1, VECTOR_BYTES // element_size)
     last = len(sizes) - 1
-    if kept:
-        a0 = last
-    else:
-        skip = set(b_head) | {last}
-        a0 = min((i for i in range(last) if in_strides[i] > 0 and i not in skip), key=lambda i: (in_strides[i], -i))
+    a0 = last if kept else _by_input_stride(in_strides)[0]
     load = _pow2_part(sizes[a0], cap) if in_strides[a0] == 1 else 1
     for d in range(len(sizes)):
         if d != a0:
@@ -557,10 +559,10 @@ def _halve(config: TileConfig, halvings: int) -> TileConfig:
     return config._replace(block_m=bm, block_n=bn)
 
 
-def short_head(sizes, in_strides, element_size: int) -> tuple:
-    """``(last,)`` when the output's fastest dimension is also the input's contiguous one (an inner
-    dimension kept) but runs shorter than SHORT_RUN_BYTES (e.g. 3 floats), else ``()``: the launch then
-    transposes, with axis B starting from it (``fold_axes``'s ``b_head``).
+def short_kept_run(sizes, in_strides, element_size: int) -> bool:
+    """Whether the output's fastest dimension is also the input's contiguous one (an inner dimension kept)
+    but runs shorter than SHORT_RUN_BYTES (e.g. 3 floats): the launch then transposes, axis B starting from
+    it as for a moved inner dimension, and A from the input's next dimension.
 
     Kept on axis A, such a run is stored a few bytes at a time all over the output. On axis B the stores
     run over it and the output's next dimensions together, and the loads, along the input's next
@@ -572,9 +574,8 @@ def short_head(sizes, in_strides, element_size: int) -> tuple:
     0.83 -> 0.26), so it is not made."""
     last = len(sizes) - 1
     if SHORT_RUN_BYTES == 0 or last < 1 or in_strides[last] != 1:
-        return ()
-    rest = any(in_strides[i] > 0 for i in range(last))
-    return (last,) if sizes[last] * element_size < SHORT_RUN_BYTES and rest else ()
+        return False
+    return sizes[last] * element_size < SHORT_RUN_BYTES and bool(_by_input_stride(in_strides))
 
 
 def rows_flat_launch(sizes, in_strides, element_size: int, vec: tuple) -> PermuteLaunch | None:
@@ -585,10 +586,10 @@ def rows_flat_launch(sizes, in_strides, element_size: int, vec: tuple) -> Permut
     cap = VECTOR_BYTES // element_size
     if not ROWS_FLAT or vec != (cap, cap) or len(sizes) < 2 or sizes[-1] * element_size < ROWS_FLAT_MIN_BYTES:
         return None
-    block = ROWS_FLAT_ELEMENTS // cap
-    vectors = _product(sizes) // cap
+    block, numel = ROWS_FLAT_ELEMENTS // cap, _product(sizes)
+    vectors = numel // cap
     top = sum((s - 1) * st for s, st in zip(sizes, in_strides))  # masked vectors decode vector 0
-    wide = not OFFSETS32_RULE or top >= 2**31 or _product(sizes) + block * cap >= 2**31
+    wide = not OFFSETS32_RULE or top >= 2**31 or numel + block * cap >= 2**31
     return PermuteLaunch((block,), ROWS_FLAT_WARPS, (cdiv(vectors, block),), a_dims=(len(sizes) - 1,),
                          vec=(cap, cap), kept=True, offsets64=wide, flat=True)  # fmt: skip
 
@@ -597,9 +598,8 @@ def permute_launch(p, element_size: int) -> PermuteLaunch:
     """The launch of ``p`` (a ``tileflip.plan.PermutePlan`` of kind rows, copy, tiles or general)."""
     sizes = p.sizes
     if p.kind in ("rows", "copy", "tiles"):
-        head = short_head(sizes, p.in_strides, element_size) if p.kind != "copy" else ()
-        kept = p.kind != "tiles" and not head
-        vec = vector_widths(sizes, p.in_strides, kept, element_size, head)
+        kept = p.kind == "copy" or (p.kind == "rows" and not short_kept_run(sizes, p.in_strides, element_size))
+        vec = vector_widths(sizes, p.in_strides, kept, element_size)
         if p.kind == "rows" and kept:
             flat = rows_flat_launch(sizes, p.in_strides, element_size, vec)
             if flat is not None:
@@ -609,7 +609,7 @@ def permute_launch(p, element_size: int) -> PermuteLaunch:
         config = permute_config(element_size, vector_bytes, kept)
         whole = WHOLE_DIM_WARPS.get(element_size, 0) if step is None and not kept else 0
         return tile_launch(sizes, p.in_strides, kept, vec, config, step is None or step[3], whole,
-                           element_size in B_FIRST_SIZES, head)
+                           element_size in B_FIRST_SIZES)
     if p.kind == "general":
         return PermuteLaunch((GENERAL_BLOCK,), 4, (cdiv(_product(sizes), GENERAL_BLOCK),))
     raise ValueError(f"plan kind {p.kind!r} has no permute-kernel launch")
