@@ -225,17 +225,16 @@ def compiled_tile_kernel(plan, element_size: int):
     from tileflip.kernels.triton_layout import compile_launch
 
     go = tuning.permute_launch(plan, element_size)
-    pointer = {1: "*u8", 2: "*u16", 4: "*u32", 8: "*u64"}[element_size]
     if go.flat:
         _, args, kwargs = launch_of(plan, element_size)
         kernel = _compilable_module().permute_rows_flat_kernel
-        names = [p.name for p in kernel.params if not p.is_constexpr]
         constexprs = {k: v for k, v in kwargs.items() if k != "num_warps"}
-        return compile_launch(kernel, dict(zip(names, (None, None, *args))), constexprs, go.num_warps, pointer)
-    args, constexprs = tile_args(plan, go)
-    kernel = _compilable_module().permute_tile_kernel
+    else:
+        args, constexprs = tile_args(plan, go)
+        kernel = _compilable_module().permute_tile_kernel
     names = [p.name for p in kernel.params if not p.is_constexpr]
     values = dict(zip(names, (None, None, *args)))
+    pointer = {1: "*u8", 2: "*u16", 4: "*u32", 8: "*u64"}[element_size]
     return compile_launch(kernel, values, constexprs, go.num_warps, pointer, maxnreg=go.maxnreg)
 
 
