@@ -34,11 +34,15 @@ NARROW_STEPS = tuning.NARROW_STEPS
 TILES_4B = tuning.TILES_4B
 PERMUTE_TILES = tuning.PERMUTE_TILES
 B_FIRST_SIZES = tuning.B_FIRST_SIZES
-SHORT_RUN_BYTES = tuning.SHORT_RUN_BYTES
-FOLD_B_FIRST = tuning.FOLD_B_FIRST
-FOLD_CONTIG = tuning.FOLD_CONTIG
-WHOLE_B_WASTE = tuning.WHOLE_B_WASTE
-ROWS_FLAT, ROWS_FLAT_ELEMENTS, ROWS_FLAT_WARPS = tuning.ROWS_FLAT, tuning.ROWS_FLAT_ELEMENTS, tuning.ROWS_FLAT_WARPS
+# Options that set one scalar of tuning: key -> (attribute, type); a variant without the key runs the
+# library's value.
+SCALARS = {
+    "fold": ("FOLD_FACTOR", int), "bgrow": ("FOLD_B_FIRST", bool), "contig": ("FOLD_CONTIG", bool),
+    "wholeb": ("WHOLE_B_WASTE", float), "flat": ("ROWS_FLAT", bool), "flatel": ("ROWS_FLAT_ELEMENTS", int),
+    "flatw": ("ROWS_FLAT_WARPS", int), "bfast": ("B_FAST_RULE", bool), "narrow": ("NARROW_RULE", bool),
+    "short": ("SHORT_RUN_BYTES", int), "off32": ("OFFSETS32_RULE", bool),
+}  # fmt: skip
+DEFAULTS = {key: getattr(tuning, attr) for key, (attr, _) in SCALARS.items()}
 # The 2-D table's large-class tiles (area and warps; the permute kernel has its own order and orientation).
 TABLE_TILES = {es: tuning._config(es, "large") for es in (1, 2, 4, 8)}
 
@@ -55,19 +59,10 @@ def _sizes(digits: float) -> list[int]:
 
 
 def apply(opts: dict) -> None:
-    tuning.FOLD_FACTOR = int(opts.get("fold", 4))
-    tuning.FOLD_B_FIRST = bool(opts.get("bgrow", FOLD_B_FIRST))
-    tuning.FOLD_CONTIG = bool(opts.get("contig", FOLD_CONTIG))
-    tuning.WHOLE_B_WASTE = float(opts.get("wholeb", WHOLE_B_WASTE))
-    tuning.ROWS_FLAT = bool(opts.get("flat", ROWS_FLAT))
-    tuning.ROWS_FLAT_ELEMENTS = int(opts.get("flatel", ROWS_FLAT_ELEMENTS))
-    tuning.ROWS_FLAT_WARPS = int(opts.get("flatw", ROWS_FLAT_WARPS))
-    tuning.B_FAST_RULE = bool(opts.get("bfast", 1))
+    for key, (attr, kind) in SCALARS.items():
+        setattr(tuning, attr, kind(opts.get(key, DEFAULTS[key])))
     tuning.B_FIRST_SIZES = frozenset(_sizes(opts["bfirst"])) if "bfirst" in opts else B_FIRST_SIZES
     tuning.PERMUTE_TILES = PERMUTE_TILES | {es: TABLE_TILES[es] for es in _sizes(opts.get("t2d", 0))}
-    tuning.NARROW_RULE = bool(opts.get("narrow", 1))
-    tuning.SHORT_RUN_BYTES = int(opts.get("short", SHORT_RUN_BYTES))
-    tuning.OFFSETS32_RULE = bool(opts.get("off32", 1))
     tuning.TILES_4B = TILES_4B if opts.get("t4b", 1) else {}
     sizes = (int(opts["mregsize"]),) if "mregsize" in opts else (1, 2, 4, 8)
     tuning.PERMUTE_MAXNREG = dict.fromkeys(sizes, int(opts["mreg"])) if "mreg" in opts else {}
