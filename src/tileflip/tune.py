@@ -46,14 +46,17 @@ def candidates(element_size: int) -> list[tuning.TileConfig]:
 
 
 def _measure(x, out, src, dst, config, about: dict, log) -> dict:
-    """One configuration on one shape: its time and a same-run copy's, checked exact."""
+    """One configuration on one shape: its time and a same-run copy's, checked exact (on an output
+    poisoned first: ``out`` may hold an earlier configuration's result)."""
     import torch
 
     from tileflip.kernels import triton_transpose
 
+    out.view(-1).view(torch.uint8).fill_(0xA5)
+    triton_transpose.launch(x, out, config)
+    assert torch.equal(out, x.t()), f"wrong result for {config} on {about['shape']}"
     copy_ms = _time(lambda: dst.copy_(src), True)[0]
     ms = _time(lambda: triton_transpose.launch(x, out, config), True)[0]
-    assert torch.equal(out, x.t()), f"wrong result for {config} on {about['shape']}"
     row = dict(about, config=list(config), ms=ms, copy_ms=copy_ms, fraction_of_copy=copy_ms / ms,
                gbps=2 * x.numel() * x.element_size() / ms / 1e6)  # fmt: skip
     log(f"{about['element_size']} B {about['shape']} {row['config']}: {row['fraction_of_copy']:.1%}")
