@@ -15,7 +15,8 @@ off), ``mreg`` (a register cap on full-vector tile launches, ``tuning.PERMUTE_MA
 ``tuning.FOLD_B_FIRST`` / ``FOLD_CONTIG``) and ``kept`` (with ``area`` or ``warps``: 1 applies them to kept
 tiles only, 0 to transposed tiles only; ``area`` above 1 doubles the smaller side), ``wholeb``
 (``tuning.WHOLE_B_WASTE``), ``flat`` / ``flatel`` / ``flatw`` (``tuning.ROWS_FLAT``, its elements per program
-and warps).
+and warps), ``pvec`` (``tuning.PERMUTE_VEC_BELOW``: 0 never runs the CUDA permute_vec kernel, 17 wherever
+it can).
 Prints one line per case and a summary per variant.
 """
 
@@ -40,7 +41,7 @@ SCALARS = {
     "fold": ("FOLD_FACTOR", int), "bgrow": ("FOLD_B_FIRST", bool), "contig": ("FOLD_CONTIG", bool),
     "wholeb": ("WHOLE_B_WASTE", float), "flat": ("ROWS_FLAT", bool), "flatel": ("ROWS_FLAT_ELEMENTS", int),
     "flatw": ("ROWS_FLAT_WARPS", int), "bfast": ("B_FAST_RULE", bool), "narrow": ("NARROW_RULE", bool),
-    "short": ("SHORT_RUN_BYTES", int), "off32": ("OFFSETS32_RULE", bool),
+    "short": ("SHORT_RUN_BYTES", int), "off32": ("OFFSETS32_RULE", bool), "pvec": ("PERMUTE_VEC_BELOW", int),
 }  # fmt: skip
 DEFAULTS = {key: getattr(tuning, attr) for key, (attr, _) in SCALARS.items()}
 # The 2-D table's large-class tiles (area and warps; the permute kernel has its own order and orientation).
@@ -111,7 +112,7 @@ def main(out_path: str, specs: list[str]) -> None:
         fns = [("copy", {}, lambda: out.copy_(src))]
         for name, opts in variants:
             apply(opts)
-            out.fill_(0)
+            out.view(-1).view(torch.uint8).fill_(0xA5)  # poisoned: a byte left unwritten shows
             tileflip.permute(x, case.perm, out)
             ok = torch.equal(out.view(-1).view(torch.uint8), ref.view(-1).view(torch.uint8))
             fns.append((name, opts, (lambda o=opts: (apply(o), tileflip.permute(x, case.perm, out))), ok))

@@ -12,6 +12,7 @@ rows): ``results/experiments/h200-2026-12-01-unaligned-vec-v{1,2,3}.json``.
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import sys
 from pathlib import Path
@@ -22,6 +23,28 @@ import tileflip
 from tileflip.timing import device_times
 
 BACKENDS = ("triton", "cuda-vec", "auto")
+# UNALIGNED_VEC_BASE=FILE.cu adds "cuda-vec-base": the vec kernel of that file (e.g. an earlier transpose.cu)
+BASE_CU = os.environ.get("UNALIGNED_VEC_BASE")
+
+
+def base_launcher(x, out):
+    """A launch of BASE_CU's vec kernel for x.t() into out (as cuda_transpose.launch_known fills it)."""
+    from tileflip.kernels import cuda_transpose, nvrtc
+    from tileflip.kernels.triton_common import current_stream
+
+    M, N = x.shape
+    es = x.element_size()
+    cuda_transpose.kernel_on(0, cuda_transpose.kernel_name("vec", 8 * es))  # context ready
+    kernel = nvrtc.get_kernel(Path(BASE_CU), cuda_transpose.kernel_name("vec", 8 * es), 0, 90)
+    programs, grid_n = cuda_transpose._grid(M, N, "vec", es)
+    params = cuda_transpose._ThreadParams()
+    b = params.block
+    b.x, b.out, b.M, b.N, b.sxm, b.sxn, b.grid_n = x.data_ptr(), out.data_ptr(), M, N, x.stride(0), 1, grid_n
+
+    def go():
+        nvrtc.launch(kernel, (programs, 1, 1), cuda_transpose.GEOMETRY["vec"][2], current_stream(0), params.address)
+
+    return go
 
 
 def source(rows: int, cols: int, offset: int, dtype, stride: int):
@@ -52,13 +75,15 @@ def main() -> None:
         out = torch.empty((cols, rows), dtype=dtype, device="cuda")
         src = torch.empty(rows * cols * x.element_size(), dtype=torch.uint8, device="cuda")
         dst = torch.empty_like(src)
+        fns = {b: lambda b=b: tileflip.transpose(x, out, backend=b) for b in BACKENDS}
+        if BASE_CU:
+            fns["cuda-vec-base"] = base_launcher(x, out)
         exact = {}
-        for b in BACKENDS:
+        for b, fn in fns.items():
             out.view(torch.int8 if x.element_size() == 1 else torch.int16).fill_(-91)
-            tileflip.transpose(x, out, backend=b)
+            fn()
             exact[b] = same(out, x.t())
-        fns = {"copy": lambda: dst.copy_(src)}
-        fns |= {b: lambda b=b: tileflip.transpose(x, out, backend=b) for b in BACKENDS}
+        fns = {"copy": lambda: dst.copy_(src)} | fns
         times = {k: [] for k in fns}
         for _ in range(3):
             for k, fn in fns.items():

@@ -45,7 +45,7 @@ def kernel_name(variant: str, bits: int) -> str:
 
 
 def kernel_names() -> tuple[str, ...]:
-    """Every ``extern "C"`` kernel that transpose.cu defines."""
+    """Every 2-D ``extern "C"`` kernel that transpose.cu defines (``cuda_permute.kernel_names`` has the rest)."""
     return tuple(kernel_name(v, b) for v in VARIANTS for b in VARIANT_BITS.get(v, ELEMENT_BITS))
 
 
@@ -90,7 +90,7 @@ class _ThreadParams(threading.local):
 
 
 _params = _ThreadParams()
-_handles: dict = {}  # (variant, element size, device) -> kernel handle
+_handles: dict = {}  # (kernel name, device) -> kernel handle
 
 
 def launch(x: torch.Tensor, out: torch.Tensor, variant: str) -> None:
@@ -106,9 +106,9 @@ def launch(x: torch.Tensor, out: torch.Tensor, variant: str) -> None:
     launch_known(x, out, M, N, sxm, sxn, x.get_device(), variant)
 
 
-def launch_known(x, out, M: int, N: int, sxm: int, sxn: int, device: int, variant: str) -> None:
-    """``launch`` with the sizes, strides and device the caller has already read."""
-    programs, grid_n = _grid(M, N, variant, x.element_size())
+def kernel_on(device: int, name: str):
+    """The handle of transpose.cu's kernel ``name`` on ``device``, with this thread's context made ready
+    for a launch there (the first time on each thread and device)."""
     params = _params
     if device not in params.ready:
         # First launch on this thread and device: a thread that never touched the CUDA runtime has no
@@ -116,11 +116,18 @@ def launch_known(x, out, M: int, N: int, sxm: int, sxn: int, device: int, varian
         with torch.cuda.device(device):
             nvrtc.ensure_context(device)
         params.ready.add(device)
-    key = (variant, x.element_size(), device)
+    key = (name, device)
     kernel = _handles.get(key)
     if kernel is None:
-        kernel = nvrtc.get_kernel(CU_FILE, kernel_name(variant, 8 * x.element_size()), device, _arch(device))
-        _handles[key] = kernel
+        kernel = _handles[key] = nvrtc.get_kernel(CU_FILE, name, device, _arch(device))
+    return kernel
+
+
+def launch_known(x, out, M: int, N: int, sxm: int, sxn: int, device: int, variant: str) -> None:
+    """``launch`` with the sizes, strides and device the caller has already read."""
+    programs, grid_n = _grid(M, N, variant, x.element_size())
+    kernel = kernel_on(device, kernel_name(variant, 8 * x.element_size()))
+    params = _params
     block = params.block
     block.x, block.out, block.M, block.N, block.sxm, block.sxn, block.grid_n = (
         x.data_ptr(), out.data_ptr(), M, N, sxm, sxn, grid_n)  # fmt: skip
@@ -131,7 +138,7 @@ def direct_launch(M: int, N: int, sxm: int, sxn: int, es: int, device: int, vari
     """A callable ``go(x, out, xp, op)`` that launches this call signature with its own parameter block
     (sizes, strides and grid written once per thread, the two addresses per call); None until the
     kernel is loaded on ``device``. ``tileflip.ops`` keeps one per call signature."""
-    kernel = _handles.get((variant, es, device))
+    kernel = _handles.get((kernel_name(variant, 8 * es), device))
     if kernel is None:
         return None
     programs, grid_n = _grid(M, N, variant, es)
