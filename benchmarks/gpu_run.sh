@@ -29,12 +29,6 @@ for step in "$@"; do
     analyze) run analyze-16384x16384-float32 120 python3 -m tileflip.cli analyze --measure --shape 16384x16384 --dtype float32
              for s in "4096x4096 float32" "16384x16384 bfloat16"; do
                set -- $s; run "analyze-$1-$2" 120 python3 -m tileflip.cli analyze --measure --no-ncu --shape "$1" --dtype "$2"; done ;;
-    tests-pvec) run tests-pvec 240 python3 -m pytest -m gpu -q -p no:cacheprovider -n 4 tests/test_permute_cuda.py tests/test_cuda_launch_gpu.py tests/test_cuda_compile.py ;;
-    pvec-variants) run pvec-variants 300 python3 benchmarks/permute_vec_variants.py "$OUT/pvec-variants.json" ${PVEC_VARIANTS:-base} ;;
-    pvec-ncu) for c in "11,39,29,21,42,24 5,4,2,3,1,0 int8" "8,4096,32,128 0,3,2,1 bfloat16"; do set -- $c
-               run "pvec-ncu-$3" 120 ncu --kernel-name regex:permute_vec --launch-count 1 --section SpeedOfLight \
-                 --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy --section SchedulerStats \
-                 python3 -c "import torch, tileflip; x = torch.randint(-100, 100, ($1,), device='cuda').to(torch.$3); tileflip.permute(x, ($2), backend='cuda-vec'); torch.cuda.synchronize()"; done ;;
     tests-permute) run tests-permute 240 python3 -m pytest -m gpu -q -p no:cacheprovider -n 8 tests/test_permute.py ;;
     permute-variants) run permute-variants 420 python3 benchmarks/permute_variants.py "$OUT/permute-variants.json" \
                         ${PERMUTE_VARIANTS:-rules off64:off32=0 n-half8:nhalve=1,nwarps=8 n-quarter8:nhalve=2,nwarps=8 n-half4:nwarps=4} ;;

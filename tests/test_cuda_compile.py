@@ -16,7 +16,7 @@ SRC = Path(__file__).resolve().parents[1] / "src"  # children get it on PYTHONPA
 
 pytest.importorskip("cuda.bindings", reason="the CUDA backend needs cuda-python: pip install 'tileflip[cuda]'")
 
-from tileflip.kernels import cuda_permute, cuda_transpose, nvrtc  # noqa: E402 (after the importorskip)
+from tileflip.kernels import cuda_transpose, nvrtc  # noqa: E402 (after the importorskip)
 
 ARCH = 90
 ITEMSIZE = {f"u{bits}": bits // 8 for bits in cuda_transpose.ELEMENT_BITS}
@@ -72,7 +72,7 @@ def static_shared_bytes(elf: bytes, kernel: str) -> int:
 
 def check_cubin(elf: bytes) -> None:
     assert cubin_arch(elf) == ARCH
-    assert global_functions(elf) == set(cuda_transpose.kernel_names()) | set(cuda_permute.kernel_names())
+    assert global_functions(elf) == set(cuda_transpose.kernel_names())
     for suffix, itemsize in ITEMSIZE.items():
         assert static_shared_bytes(elf, f"transpose_naive_{suffix}") == 0
         padded = static_shared_bytes(elf, f"transpose_tiled_{suffix}")
@@ -82,8 +82,6 @@ def check_cubin(elf: bytes) -> None:
         assert padded - unpadded == 32 * itemsize
     for bits in cuda_transpose.VARIANT_BITS["vec"]:  # a 128 x 128-byte tile, whatever the element size
         assert static_shared_bytes(elf, f"transpose_vec_u{bits}") >= 128 * 128
-        # the same tile, and the offsets of its 128 input rows and 128 / element size output rows
-        assert static_shared_bytes(elf, f"permute_vec_u{bits}") >= 128 * 128 + 8 * (128 + 128 * 8 // bits)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -105,7 +103,7 @@ def test_kernel_names_cover_every_variant_and_size():
     assert "transpose_vec_u8" in names and "transpose_vec_u16" in names and "transpose_vec_u32" not in names
 
 
-@pytest.mark.parametrize("name", cuda_transpose.kernel_names() + cuda_permute.kernel_names())
+@pytest.mark.parametrize("name", cuda_transpose.kernel_names())
 def test_nvrtc_cubin_has_kernel(nvrtc_cubin, name):
     assert len(nvrtc_cubin) > 0
     assert name in global_functions(nvrtc_cubin)

@@ -306,7 +306,7 @@ def _transpose(x: torch.Tensor, out: torch.Tensor | None, backend: str) -> torch
     return out
 
 
-PERMUTE_BACKENDS = ("auto", "triton", "cuda-vec", "torch")
+PERMUTE_BACKENDS = ("auto", "triton", "torch")
 
 
 def permute(x: torch.Tensor, dims, out: torch.Tensor | None = None, *, backend: str = "auto") -> torch.Tensor:
@@ -315,10 +315,8 @@ def permute(x: torch.Tensor, dims, out: torch.Tensor | None = None, *, backend: 
     Any rank from 0 to 8, any permutation (negative dims allowed), any input strides including 0.
     The planner (``tileflip.plan.plan_permute``) merges dimensions that stay adjacent and picks one of
     a few fixed-rank kernels; ``tileflip plan --shape ... --perm ...`` prints the plan.
-    Backends: ``"triton"`` (the kernels; on a CPU tensor only under the interpreter), ``"cuda-vec"``
-    (the CUDA C++ kernel with 16-byte accesses on both sides for 1- and 2-byte elements, plan kind tiles;
-    CUDA tensors only), ``"torch"`` (``out.copy_(x.permute(dims))``) and ``"auto"`` (on a CUDA tensor the
-    kernel ``tileflip.tuning.permute_backend`` picks for the plan; on a CPU tensor as for ``transpose``).
+    Backends: ``"triton"`` (the kernels; on a CPU tensor only under the interpreter), ``"torch"``
+    (``out.copy_(x.permute(dims))``) and ``"auto"`` (as for ``transpose``).
     """
     if torch.compiler.is_compiling():
         dims = list(dims) if isinstance(dims, (tuple, list)) else dims
@@ -336,8 +334,7 @@ def _permute(x, dims, out, backend):
     dims = plan.check_perm(dims, x.dim())
     if not isinstance(backend, str) or backend not in PERMUTE_BACKENDS:
         raise ValueError(f"backend must be one of {PERMUTE_BACKENDS} for permute, got {backend!r}")
-    # The tuning table's auto choice is for 2-D cases; an N-D permute on a GPU runs the kernel the plan
-    # calls for (tuning.permute_backend, below).
+    # The tuning table's auto choice is for 2-D cases; an N-D permute on a GPU runs the Triton kernels.
     chosen = resolve_backend(x, "triton" if backend == "auto" and x.device.type == "cuda" else backend)
     out_shape = tuple(x.shape[d] for d in dims)
     if out is None:
@@ -350,27 +347,14 @@ def _permute(x, dims, out, backend):
         out.copy_(x.permute(dims))
         return out
     p = _plan_permute(tuple(x.shape), tuple(x.stride()), dims, x.element_size())
-    if backend == "auto" and x.is_cuda:
-        chosen = tuning.permute_backend(p, x.element_size())
-    elif chosen == "cuda-vec" and tuning.permute_vec_launch(p, x.element_size()) is None:
-        raise ValueError(
-            f"backend='cuda-vec' cannot take this permute: it moves 1- and 2-byte elements of plan kind 'tiles' "
-            f"(the input's stride-1 dimension not the output's last), got {x.element_size()}-byte elements of "
-            f"plan kind {p.kind!r} (backend='auto' picks a kernel that can)"
-        )
-    _on_device_of(x, _run_permute, x, out, p, chosen)
+    _on_device_of(x, _run_permute, x, out, p)
     return out
 
 
 _plan_permute = lru_cache(maxsize=256)(plan.plan_permute)  # a call's arguments here are all tuples and ints
 
 
-def _run_permute(x, out, p, chosen: str = "triton") -> None:
-    if chosen == "cuda-vec":
-        from tileflip.kernels import cuda_permute
-
-        cuda_permute.launch(x, out, p)
-        return
+def _run_permute(x, out, p) -> None:
     if p.kind == "transpose2d":
         # Output (s0, s1) contiguous is the transpose of the input seen as (s1, s0) with swapped strides.
         (s0, s1), (st0, st1) = p.sizes, p.in_strides

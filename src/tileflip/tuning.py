@@ -18,7 +18,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import NamedTuple
 
-from tileflip.plan import cdiv, contiguous_strides, merge_dims
+from tileflip.plan import cdiv, contiguous_strides
 
 TABLE_FILE = Path(__file__).with_name("data") / "tuning-h200.json"
 
@@ -614,95 +614,6 @@ def permute_launch(p, element_size: int) -> PermuteLaunch:
     if p.kind == "general":
         return PermuteLaunch((GENERAL_BLOCK,), 4, (cdiv(_product(sizes), GENERAL_BLOCK),))
     raise ValueError(f"plan kind {p.kind!r} has no permute-kernel launch")
-
-
-# The CUDA C++ permute_vec kernel (kernels/cuda/transpose.cu) for 1- and 2-byte elements: a tiles plan
-# seen as a batch of 2-D transposes whose rows start anywhere (``permute_vec_launch``), moved in tiles of
-# PERMUTE_VEC_ROWS input rows x PERMUTE_VEC_ROW_BYTES bytes with 16-byte accesses on both sides whatever
-# the rows' alignment. ``permute_backend`` picks it where the tile kernel's narrower side moves fewer
-# than PERMUTE_VEC_BELOW bytes per vector (0: never). Measured on the permute suites' 29 1- and 2-byte
-# tiles cases, H200, 2026-12-01 session 10 (experiments/h200-2026-12-01-permute-vec-variants-*.json): it
-# reached the tile kernel's speed on the int8 cases whose output rows start anywhere (int8
-# (11,39,29,21,42,24) 0.41-0.44 against 0.41, (42,9,11,29,38,29) 0.58 against 0.58) and lost on all the
-# others (aligned bf16 0.91-0.95 against 0.96-0.98; short axes down to 0.08), so auto never picks it.
-PERMUTE_VEC_ROWS = 128
-PERMUTE_VEC_ROW_BYTES = 128
-PERMUTE_VEC_BELOW = 0
-
-
-@dataclass(frozen=True)
-class PermuteVecLaunch:
-    """permute_vec's launch: input row b (of ``size_b``) starts at the offset ``b`` decodes to (sizes and
-    input strides, innermost first) and runs along a with stride 1; output row a (of ``size_a``) starts
-    at the offset ``a`` decodes to (sizes and output strides) and runs along b; ``n`` (sizes, input and
-    output strides) decodes the batch element. ``grid`` = (b tiles, a tiles)."""
-
-    size_b: int
-    size_a: int
-    grid: tuple
-    batch: int
-    b: tuple
-    a: tuple
-    n: tuple
-
-    @property
-    def programs(self) -> int:
-        return self.grid[0] * self.grid[1] * self.batch
-
-
-def _merged_inner_first(sizes, strides) -> tuple[tuple, tuple]:
-    """Dimensions (innermost first) merged where each steps over the one before it exactly."""
-    merged_sizes, merged_strides = merge_dims(sizes[::-1], strides[::-1])
-    return merged_sizes[::-1], merged_strides[::-1]
-
-
-def permute_vec_launch(p, element_size: int) -> PermuteVecLaunch | None:
-    """permute_vec's launch for a tiles plan of 1- or 2-byte elements, else None.
-
-    B is the output's fastest dimensions, taken while B spans fewer than FOLD_FACTOR tiles of rows, up
-    to the input's stride-1 dimension (or MAX_AXIS_DIMS); A the input's contiguous run: that dimension
-    and those that continue it in input memory (up to MAX_AXIS_DIMS), but B's; the rest is the batch.
-    Indices are decoded in 32 bits, so each count stays below 2**31."""
-    if p.kind != "tiles" or element_size not in (1, 2):
-        return None
-    sizes, in_strides = p.sizes, p.in_strides
-    last = len(sizes) - 1
-    ones = [d for d in range(last) if in_strides[d] == 1]
-    if not ones:
-        return None
-    b_dims = [last]
-    for d in range(last - 1, ones[0], -1):
-        if len(b_dims) == MAX_AXIS_DIMS or _product(sizes[e] for e in b_dims) >= FOLD_FACTOR * PERMUTE_VEC_ROWS:
-            break
-        b_dims.append(d)
-    a_dims, run = [ones[0]], sizes[ones[0]]
-    while len(a_dims) < MAX_AXIS_DIMS:
-        nxt = [d for d in range(last) if d not in a_dims and d not in b_dims and in_strides[d] == run]
-        if not nxt:
-            break
-        a_dims.append(nxt[0])
-        run *= sizes[nxt[0]]
-    batch_dims = [d for d in range(last, -1, -1) if d not in a_dims and d not in b_dims]
-    out_strides = contiguous_strides(sizes)
-    size_a, size_b, batch = (_product(sizes[d] for d in dims) for dims in (a_dims, b_dims, batch_dims))
-    cols = PERMUTE_VEC_ROW_BYTES // element_size
-    grid = (cdiv(size_b, PERMUTE_VEC_ROWS), cdiv(size_a, cols))
-    if max(size_a, size_b, batch, grid[0] * grid[1] * batch) >= 2**31:
-        return None
-    b = _merged_inner_first(tuple(sizes[d] for d in b_dims), tuple(in_strides[d] for d in b_dims))
-    a = _merged_inner_first(tuple(sizes[d] for d in a_dims), tuple(out_strides[d] for d in a_dims))
-    n = tuple(tuple(v[d] for d in batch_dims) for v in (sizes, in_strides, out_strides))
-    return PermuteVecLaunch(size_b, size_a, grid, batch, b, a, n)
-
-
-def permute_backend(p, element_size: int) -> str:
-    """The kernel ``auto`` runs for a permute plan on a GPU: "cuda-vec" where permute_vec takes the plan
-    and the tile kernel's narrower side would move fewer than PERMUTE_VEC_BELOW bytes per vector, else
-    "triton"."""
-    if p.kind != "tiles" or element_size not in (1, 2) or permute_vec_launch(p, element_size) is None:
-        return "triton"
-    vec = vector_widths(p.sizes, p.in_strides, False, element_size)
-    return "cuda-vec" if min(vec) * element_size < PERMUTE_VEC_BELOW else "triton"
 
 
 def _product(values) -> int:

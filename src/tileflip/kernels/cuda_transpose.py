@@ -45,7 +45,7 @@ def kernel_name(variant: str, bits: int) -> str:
 
 
 def kernel_names() -> tuple[str, ...]:
-    """Every 2-D ``extern "C"`` kernel that transpose.cu defines (``cuda_permute.kernel_names`` has the rest)."""
+    """Every ``extern "C"`` kernel that transpose.cu defines."""
     return tuple(kernel_name(v, b) for v in VARIANTS for b in VARIANT_BITS.get(v, ELEMENT_BITS))
 
 

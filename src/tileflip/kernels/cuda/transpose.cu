@@ -139,12 +139,11 @@ __device__ __forceinline__ int vec_swizzle(int r, int w, int group_shift) {
     return r * VEC_WORDS + (w ^ (((r >> group_shift) & 7) << 2));
 }
 
-// Bytes [t, t + 16) of the 32 bytes lo ++ hi, t in 0..15 (0..16 with TO16), as a barrel shifter: words
-// by 8 bytes where t & 8, then by 4 where t & 4, then a funnel shift by t & 3 bytes (15 instructions
-// where a select of word t / 4 + i per output word takes about 40).
-template <bool TO16 = false>
+// Bytes [t, t + 16) of the 32 bytes lo ++ hi, t in 0..15, as a barrel shifter: words by 8 bytes where
+// t & 8, then by 4 where t & 4, then a funnel shift by t & 3 bytes (15 instructions where a select of
+// word t / 4 + i per output word takes about 40; int8 8192 x 8191 0.871 -> 0.889 of copy, session 10
+// run 6, benchmarks/results/experiments/h200-2026-12-01-unaligned-vec-barrel.json).
 __device__ __forceinline__ uint4 funnel16(uint4 lo, uint4 hi, int t) {
-    if (TO16 && t == 16) return hi;
     const tf_u32 u[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
     tf_u32 v[6], w[5];
 #pragma unroll
@@ -158,9 +157,8 @@ __device__ __forceinline__ uint4 funnel16(uint4 lo, uint4 hi, int t) {
 
 // The vec tile's load: 128 input rows x 128 bytes into the swizzled tile. start(grow) is the address of
 // row grow's first byte in the tile (its column col0); rows at or past M and bytes past valid_bytes
-// are loaded as zeros or left out, and never written out by the stores. SKIP_ALIGNED: a warp whose rows
-// all start on 16-byte boundaries stores its words as loaded (no shuffle, no shift).
-template <int ES, bool SKIP_ALIGNED, typename RowStart>
+// are loaded as zeros or left out, and never written out by the stores.
+template <int ES, typename RowStart>
 __device__ __forceinline__ void vec_load(tf_u32* tile, tf_i64 row0, tf_i64 M, tf_i64 valid_bytes, RowStart start_of) {
     constexpr int GROUP_SHIFT = ES == 1 ? 4 : 3;    // log2 of the tile rows in one 16-byte output piece
     const int tid = threadIdx.x;
@@ -180,13 +178,6 @@ __device__ __forceinline__ void vec_load(tf_u32* tile, tf_i64 row0, tf_i64 M, tf
         if (grow < M && part == 7 && shift[pass] && base + VEC_ROW_BYTES <= last) {
             e[pass] = *reinterpret_cast<const uint4*>(base + VEC_ROW_BYTES);
         }
-    }
-    if (SKIP_ALIGNED && __all_sync(0xffffffffu, (shift[0] | shift[1] | shift[2] | shift[3]) == 0)) {
-#pragma unroll
-        for (int pass = 0; pass < 4; ++pass) {  // every row of the warp starts on a 16-byte boundary
-            *reinterpret_cast<uint4*>(&tile[vec_swizzle(pass * 32 + (tid >> 3), 4 * part, GROUP_SHIFT)]) = w[pass];
-        }
-        return;
     }
 #pragma unroll
     for (int pass = 0; pass < 4; ++pass) {
@@ -248,7 +239,7 @@ __device__ __forceinline__ void transpose_vec(const T* __restrict__ in_t, T* __r
     const tf_i64 col0 = tile_n * COLS;
     const int tid = threadIdx.x;
     const tf_i64 valid_cols = N - col0 < COLS ? N - col0 : COLS;
-    vec_load<ES, false>(tile, row0, M, valid_cols * ES, [&](tf_i64 grow) {
+    vec_load<ES>(tile, row0, M, valid_cols * ES, [&](tf_i64 grow) {
         return reinterpret_cast<tf_u64>(in) + static_cast<tf_u64>((grow * sxm + col0) * ES);
     });
     __syncthreads();
@@ -279,162 +270,6 @@ __device__ __forceinline__ void transpose_vec(const T* __restrict__ in_t, T* __r
     }
 }
 
-__device__ __forceinline__ tf_u32 byte_of(uint4 v, int p) { return (word_of(v, p >> 2) >> ((p & 3) * 8)) & 0xffu; }
-__device__ __forceinline__ tf_u16 half_of(uint4 v, int p) {
-    return static_cast<tf_u16>(word_of(v, p >> 2) >> ((p & 3) * 8));
-}
-
-// Bytes [p, 16) of v (p in 1..15) to the 16-byte aligned dst, in aligned pieces of 1, 2, 4 and 8 bytes:
-// the part of an output word that starts a row's piece (the bytes before it are another row's or block's).
-__device__ __forceinline__ void store_suffix(tf_u8* dst, uint4 v, int p) {
-    if (p & 1) dst[p] = static_cast<tf_u8>(byte_of(v, p)), p += 1;
-    if (p & 2) *reinterpret_cast<tf_u16*>(dst + p) = half_of(v, p), p += 2;
-    if (p & 4) *reinterpret_cast<tf_u32*>(dst + p) = word_of(v, p >> 2), p += 4;
-    if (p & 8) *reinterpret_cast<uint2*>(dst + 8) = make_uint2(v.z, v.w);
-}
-
-// Bytes [0, e) of v (e in 1..15) to the 16-byte aligned dst, in aligned pieces of 8, 4, 2 and 1 bytes:
-// the part of an output word that ends a row's piece.
-__device__ __forceinline__ void store_prefix(tf_u8* dst, uint4 v, int e) {
-    if (e & 8) *reinterpret_cast<uint2*>(dst) = make_uint2(v.x, v.y);
-    int p = e & 8;
-    if (e & 4) *reinterpret_cast<tf_u32*>(dst + p) = word_of(v, p >> 2), p += 4;
-    if (e & 2) *reinterpret_cast<tf_u16*>(dst + p) = half_of(v, p), p += 2;
-    if (e & 1) dst[p] = static_cast<tf_u8>(byte_of(v, p));
-}
-
-// permute_vec: the vec tile for an N-D permute that is a batch of 2-D transposes whose rows start
-// anywhere (tileflip.tuning.permute_vec_axes): input row b of batch element n starts at element
-// offset in_row(b) + n_in and runs along a with stride 1 (size_a = N elements); output row a starts at
-// out_row(a) + n_out and runs along b with stride 1 (size_b = M elements). Row offsets are decoded
-// once per block into shared memory (32-bit division: sizes below 2^31). Loads are vec's (16-byte
-// words from the boundary below each row's start, funnel-shifted). Stores: an output row's piece of
-// the tile (128 bytes from byte address D) is written as the 16-byte aligned words that cover it: word
-// k (address D - s + 16k, s = D % 16) holds the last s bytes of piece k - 1 and the first 16 - s of
-// piece k, taken from the next lane by a shuffle and funnel-shifted; the two words the piece only
-// partly covers are written in aligned parts (store_suffix, store_prefix), so no byte outside the
-// piece is touched. A warp whose rows all start on 16-byte boundaries stores its pieces as they are.
-struct PermuteVecArgs {
-    const void* in;
-    void* out;
-    tf_i64 M, N, grid_n, tiles;
-    tf_i64 nb, na, nn;
-    tf_i64 b_sizes[4], b_in[4];   // row b's input offset: B's dimensions, innermost first
-    tf_i64 a_sizes[4], a_out[4];  // row a's output offset: A's dimensions, innermost first
-    tf_i64 n_sizes[6], n_in[6], n_out[6];
-};
-
-template <int MAXN>
-__device__ __forceinline__ tf_i64 decode(unsigned index, tf_i64 n, const tf_i64 (&sizes)[MAXN], const tf_i64 (&strides)[MAXN]) {
-    tf_i64 off = 0;
-#pragma unroll
-    for (int i = 0; i < MAXN; ++i) {
-        if (i >= n) break;
-        if (i == n - 1) {
-            off += static_cast<tf_i64>(index) * strides[i];
-        } else {
-            const unsigned size = static_cast<unsigned>(sizes[i]);
-            const unsigned q = index / size;
-            off += static_cast<tf_i64>(index - q * size) * strides[i];
-            index = q;
-        }
-    }
-    return off;
-}
-
-template <typename T>
-__device__ __forceinline__ void permute_vec(const PermuteVecArgs& args) {
-    constexpr int ES = sizeof(T);
-    constexpr int COLS = VEC_ROW_BYTES / ES;        // tile columns: output rows
-    constexpr int R = 16 / ES;
-    constexpr int OUTS = 4 / ES;
-    constexpr int ITER = VEC_WORDS * (VEC_ROWS / R) / 256;
-    __shared__ tf_u32 tile[VEC_ROWS * VEC_WORDS];
-    __shared__ tf_i64 in_rows[VEC_ROWS];
-    __shared__ tf_i64 out_rows[COLS];
-    const tf_u8* in = reinterpret_cast<const tf_u8*>(args.in);
-    tf_u8* out = reinterpret_cast<tf_u8*>(args.out);
-    const tf_i64 M = args.M, N = args.N;
-    const unsigned tiles = static_cast<unsigned>(args.tiles);
-    const unsigned batch = blockIdx.x / tiles;
-    const unsigned t = blockIdx.x - batch * tiles;
-    const unsigned gn = static_cast<unsigned>(args.grid_n);
-    const tf_i64 row0 = static_cast<tf_i64>(t / gn) * VEC_ROWS;
-    const tf_i64 col0 = static_cast<tf_i64>(t % gn) * COLS;
-    const int tid = threadIdx.x;
-    if (tid < VEC_ROWS) {
-        if (row0 + tid < M) {
-            in_rows[tid] = decode(static_cast<unsigned>(row0 + tid), args.nb, args.b_sizes, args.b_in) +
-                           decode(batch, args.nn, args.n_sizes, args.n_in) + col0;
-        }
-    } else if (tid - VEC_ROWS < COLS && col0 + tid - VEC_ROWS < N) {
-        out_rows[tid - VEC_ROWS] = decode(static_cast<unsigned>(col0 + tid - VEC_ROWS), args.na, args.a_sizes, args.a_out) +
-                                   decode(batch, args.nn, args.n_sizes, args.n_out) + row0;
-    }
-    __syncthreads();
-    const tf_i64 valid_cols = N - col0 < COLS ? N - col0 : COLS;
-    vec_load<ES, true>(tile, row0, M, valid_cols * ES, [&](tf_i64 grow) {
-        return reinterpret_cast<tf_u64>(in) + static_cast<tf_u64>(in_rows[grow - row0] * ES);
-    });
-    __syncthreads();
-
-    const int part = tid & 7;
-    const int cw = tid >> 3;
-    const int group = (tid & 31) & ~7;              // lane of this 8-lane group's first thread
-    const int bytes = static_cast<int>((M - row0 < VEC_ROWS ? M - row0 : VEC_ROWS) * ES);
-    uint4 o[ITER][OUTS];
-#pragma unroll
-    for (int it = 0; it < ITER; ++it) vec_pieces<ES>(tile, part + 8 * it, cw, o[it]);
-#pragma unroll
-    for (int j = 0; j < OUTS; ++j) {
-        const bool row_in = col0 + cw * OUTS + j < N;  // output row col0 + cw * OUTS + j
-        const tf_u64 d = reinterpret_cast<tf_u64>(out) + static_cast<tf_u64>(row_in ? out_rows[cw * OUTS + j] * ES : 0);
-        const int s = static_cast<int>(d & 15);
-        tf_u8* w0 = reinterpret_cast<tf_u8*>(d - s);
-        if (__all_sync(0xffffffffu, s == 0)) {  // every row of the warp 16-byte aligned: word g is piece g
-#pragma unroll
-            for (int it = 0; it < ITER; ++it) {
-                const int g = part + 8 * it;
-                if (!row_in || 16 * g >= bytes) continue;
-                if (16 * g + 16 <= bytes) *reinterpret_cast<uint4*>(w0 + 16 * g) = o[it][j];
-                else store_prefix(w0 + 16 * g, o[it][j], bytes - 16 * g);
-            }
-            continue;
-        }
-#pragma unroll
-        for (int it = 0; it < ITER; ++it) {
-            const int g = part + 8 * it;  // this thread's piece: bytes 16g.. of the row's piece
-            // piece g + 1: the next lane's, or (the group's last lane) the group's first lane's piece of the
-            // next round, which that lane offers in place of its own (no lane needs its own piece 8 * it)
-            const uint4 mine = part == 0 ? o[it + 1 < ITER ? it + 1 : it][j] : o[it][j];
-            const int from = part < 7 ? (tid & 31) + 1 : group;
-            uint4 next;
-            next.x = __shfl_sync(0xffffffffu, mine.x, from);
-            next.y = __shfl_sync(0xffffffffu, mine.y, from);
-            next.z = __shfl_sync(0xffffffffu, mine.z, from);
-            next.w = __shfl_sync(0xffffffffu, mine.w, from);
-            if (!row_in || 16 * g >= bytes) continue;
-            if (g == 0) {  // word 0: bytes [s, 16) hold the piece's first bytes (s == 0: the whole piece 0)
-                const uint4 v = funnel16<true>(make_uint4(0, 0, 0, 0), o[it][j], 16 - s);
-                if (s + bytes >= 16) {
-                    if (s) store_suffix(w0, v, s);
-                    else *reinterpret_cast<uint4*>(w0) = v;
-                } else {  // a piece of under 16 bytes inside one word (the last rows of b)
-                    for (int t = s; t < s + bytes; ++t) w0[t] = static_cast<tf_u8>(byte_of(v, t));
-                }
-            }
-            // word g + 1: bytes [16 (g + 1) - s, 16 (g + 2) - s) of the row's piece, of which the first
-            // end are ours
-            const int end = s + bytes - 16 * (g + 1);
-            if (end > 0) {
-                const uint4 v = funnel16<true>(o[it][j], next, 16 - s);
-                if (end >= 16) *reinterpret_cast<uint4*>(w0 + 16 * (g + 1)) = v;
-                else store_prefix(w0 + 16 * (g + 1), v, end);
-            }
-        }
-    }
-}
-
 }  // namespace tileflip
 
 #define TILEFLIP_ARGS(T) \
@@ -457,13 +292,6 @@ extern "C" __global__ void __launch_bounds__(256) transpose_vec_u8(TILEFLIP_ARGS
 }
 extern "C" __global__ void __launch_bounds__(256) transpose_vec_u16(TILEFLIP_ARGS(tf_u16)) {
     tileflip::transpose_vec<tf_u16>(in, out, M, N, sxm, grid_n);
-}
-
-extern "C" __global__ void __launch_bounds__(256, 5) permute_vec_u8(const tileflip::PermuteVecArgs args) {
-    tileflip::permute_vec<tf_u8>(args);
-}
-extern "C" __global__ void __launch_bounds__(256, 5) permute_vec_u16(const tileflip::PermuteVecArgs args) {
-    tileflip::permute_vec<tf_u16>(args);
 }
 
 TILEFLIP_INSTANTIATE(tf_u8, 8)
