@@ -24,6 +24,9 @@ def _view(base_shape, kind, dtype, device, seed):
         return x[(slice(None),) * (x.dim() - 1) + (slice(1, None, 2),)]
     if kind == "expanded":
         return x[(slice(0, 1),) + (slice(None),) * (x.dim() - 1)].expand((3,) + tuple(x.shape[1:]))
+    if kind == "narrowed":  # the last dimension cut from one element longer: the others' strides step over it
+        wider = random_bits((*base_shape[:-1], base_shape[-1] + 1), dtype, device, seed)
+        return wider[..., : base_shape[-1]]
     raise ValueError(kind)
 
 
@@ -278,6 +281,86 @@ def test_offset_bounds_cover_every_offset_the_kernel_forms():
     assert checked > 40
 
 
+def _groups_hold(offsets, vec: int, size: int) -> bool:
+    """Every whole group of ``vec`` linear indices (from a multiple of ``vec``) is ``vec`` consecutive
+    offsets starting at a multiple of ``vec``."""
+    whole = size // vec * vec
+    groups = offsets[:whole].reshape(-1, vec)
+    return bool(((groups[:, 0] % vec) == 0).all() and ((groups - groups[:, :1]) == list(range(vec))).all())
+
+
+def test_vector_widths_hold_on_every_element_the_kernel_moves():
+    """The tile kernel asserts (``tl.multiple_of`` / ``tl.max_contiguous``, which only a GPU trusts) that
+    its loads run along A, and its stores along the stored axis, in groups of VEC consecutive offsets
+    starting at multiples of VEC, and that the other axis and the batch only add multiples of VEC. Checked
+    here from the kernel's own arguments over every index, for the named, random and vector-run cases."""
+    import numpy as np
+
+    from tileflip.kernels.triton_permute import tile_args
+
+    rng = random.Random(7)
+    cases = _offset_cases() + [(s, d, {1: torch.int8, 2: torch.bfloat16, 4: torch.float32}[e], "contiguous")
+                               for s, d, e in LAYOUT_CASES]  # fmt: skip
+    cases += [_vector_run_case(rng) for _ in range(40)]
+    widened = 0
+    for i, (shape, dims, dtype, view) in enumerate(cases):
+        x = _view(shape, view, dtype, "cpu", seed=i) if shape else random_bits((), dtype)
+        p = plan.plan_permute(tuple(x.shape), tuple(x.stride()), dims, x.element_size())
+        if p.kind not in ("rows", "tiles", "copy"):
+            continue
+        go = tuning.permute_launch(p, x.element_size())
+        if go.flat:
+            continue
+        widened += go.vec != tuning.vector_widths(p.sizes, p.in_strides, go.kept, x.element_size())
+        args, _ = tile_args(p, go)
+        a_in, a_out, b_in, b_out, n = args[4:6], args[6:8], args[8:10], args[10:12], args[12:15]
+        size_a, size_b = args[0], args[1]
+        ia, ib = np.arange(size_a, dtype=np.int64), np.arange(size_b, dtype=np.int64)
+        ibatch = np.arange(go.batch, dtype=np.int64)
+        load, store = go.vec
+        assert _groups_hold(_decoded_offsets(ia, *a_in), load, size_a), (shape, dims, view, go)
+        assert (_decoded_offsets(ib, *b_in) % load == 0).all()
+        assert (_decoded_offsets(ibatch, n[0], n[1]) % load == 0).all()
+        stored, other = ((ia, a_out), (ib, b_out)) if go.kept else ((ib, b_out), (ia, a_out))
+        assert _groups_hold(_decoded_offsets(stored[0], *stored[1]), store, len(stored[0])), (shape, dims, view, go)
+        assert (_decoded_offsets(other[0], *other[1]) % store == 0).all()
+        assert (_decoded_offsets(ibatch, n[0], n[2]) % store == 0).all()
+    assert widened >= 10
+
+
+@pytest.mark.parametrize(
+    "shape,dims,element_size,vec,blocks,warps",
+    [
+        # the fastest dimension odd, its run with the next even: vectors from the run (measured on the
+        # permute suites, tuning.VECTOR_RUNS): 0.59 -> 0.68 of copy, the narrow tile kept (2-byte stores)
+        ((28, 86, 14, 2, 40, 28), (0, 2, 4, 3, 5, 1), 1, (16, 2), (64, 128), 4),
+        # both sides reach 16 bytes: the full-vector tile (0.91 -> 0.95)
+        ((8, 82, 18, 36, 94), (1, 3, 4, 0, 2), 2, (8, 8), (128, 128), 16),
+        # 8-byte stores: the narrow tile kept (0.83 -> 0.85; with the half tile of 8-byte vectors, 0.64)
+        ((7, 46, 8, 72, 38, 10), (0, 3, 4, 1, 5, 2), 1, (16, 8), (64, 128), 4),
+    ],
+)
+def test_vectors_come_from_the_runs_the_axes_form(shape, dims, element_size, vec, blocks, warps):
+    p = plan.plan_permute(shape, _contiguous_strides(shape), dims, element_size)
+    go = tuning.permute_launch(p, element_size)
+    assert (go.vec, go.blocks, go.num_warps) == (vec, blocks, warps)
+    assert go.vec != tuning.vector_widths(p.sizes, p.in_strides, go.kept, element_size)
+
+
+def _vector_run_case(rng: random.Random):
+    """A permute whose side's fastest dimension is odd but forms an even run with the next (3 x 8)."""
+    rank = rng.randint(3, 5)
+    shape = [rng.choice([3, 5, 7, 9]) for _ in range(rank)]
+    shape[-2] = rng.choice([2, 4, 8, 16])
+    view = rng.choice(["contiguous", "contiguous", "sliced", "expanded", "narrowed"])
+    if view == "narrowed":  # an even last dimension, whose cut leaves the next one an odd stride
+        shape[-1] = rng.choice([2, 4, 8, 16])
+    dims = list(range(rank))
+    rng.shuffle(dims)
+    dtype = rng.choice([torch.float32, torch.bfloat16, torch.int8])
+    return tuple(shape), tuple(dims), dtype, view
+
+
 # int8 (2, 1024, 1024, 1024) -> (0, 3, 2, 1): 2**31 elements, no masked tails, the largest offset is
 # 2**31 - 1 (int32 offsets at their limit); (3, 976, 1020, 688) holds fewer elements, but its masked
 # tails bound past 2**31 (int64 offsets). Both move 16-byte vectors (no narrow step). The GPU test
@@ -438,8 +521,9 @@ def test_a_dimension_that_continues_the_other_axis_run_is_left_to_it():
         # B's 28-element run is followed in the output by A's first dimension: B holds it alone (32 lanes)
         ((39, 28, 16, 72, 39), (2, 0, 3, 4, 1), 2, (3,), (32, 256)),
         ((320, 50, 28, 88), (0, 2, 3, 1), 2, (2,), (64, 128)),
-        # B's run (48) continues into the output's next dimension (30): B folds it (measured 0.87 -> 0.42)
-        ((48, 30, 464, 180), (3, 2, 1, 0), 1, (3, 2), (128, 128)),
+        # B's run (48) continues into the output's next dimension (30): B folds it (measured 0.87 -> 0.42);
+        # A's 180 x 464 input run takes 16-byte loads (VECTOR_RUNS), so the full-vector tile
+        ((48, 30, 464, 180), (3, 2, 1, 0), 1, (3, 2), (128, 256)),
     ],
 )
 def test_b_holds_a_whole_run_when_nothing_can_continue_it(shape, dims, element_size, b_dims, blocks):
@@ -566,3 +650,22 @@ def test_flat_rows_sweep(device):
         tileflip.permute(x, dims, out)
         assert_bits_equal(out, x.permute(dims))
     assert flat >= 20
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_vector_run_sweep(device):
+    """Permutes whose vectors come from runs of two or more dimensions (an odd fastest dimension with an
+    even next one), over contiguous, sliced, expanded and narrowed inputs: bits equal on poisoned outputs."""
+    rng = random.Random(8)
+    widened = 0
+    for i in range(40):
+        shape, dims, dtype, view = _vector_run_case(rng)
+        x = _view(shape, view, dtype, device, seed=i)
+        p = plan.plan_permute(tuple(x.shape), tuple(x.stride()), dims, x.element_size())
+        if p.kind in ("rows", "tiles", "copy"):
+            go = tuning.permute_launch(p, x.element_size())
+            widened += not go.flat and go.vec != tuning.vector_widths(p.sizes, p.in_strides, go.kept, x.element_size())
+        out = poisoned(tuple(x.shape[d] for d in dims), dtype, device)
+        tileflip.permute(x, dims, out)
+        assert_bits_equal(out, x.permute(dims))
+    assert widened >= 8

@@ -251,6 +251,17 @@ ROWS_FLAT = True
 ROWS_FLAT_MIN_BYTES = 256
 ROWS_FLAT_ELEMENTS = 2048
 ROWS_FLAT_WARPS = 4
+# ``permute_launch``: vector widths from the runs the tile's axes form (``run_vector_widths``) where they
+# are wider than those of each side's fastest dimension alone (False: the latter only); the tile follows
+# the wider vectors where both sides reach 16 bytes (VECTOR_RUNS_TILE_ALL: wherever they widen). Measured
+# on the permute suites, H200, 2026-12-01 session 10 (experiments/h200-2026-12-01-permute-variants-vrun.json,
+# variant v2 against v0): 10 of the 45 launches widen; int8 (28,86,14,2,40,28) 0.59 -> 0.68 of copy,
+# fp32 (62,10,8,32,44,3) 0.83 -> 0.88, bf16 (32,48,47,18,10,3) 0.43 -> 0.47, int8 (16,16,152,48,44)
+# 0.84 -> 0.88, bf16 (8,82,18,36,94) 0.92 -> 0.95; fp32 (38,17,20,13,14,13) 0.71 -> 0.69 (0.72 -> 0.70 in
+# the run before). With the tile following every widening (v1), int8 (7,46,8,72,38,10) fell 0.83 -> 0.64
+# (0.85 as it is).
+VECTOR_RUNS = True
+VECTOR_RUNS_TILE_ALL = False
 # Register caps (``maxnreg``) of tile launches whose both sides move 16-byte vectors, by element size
 # (none where absent).
 PERMUTE_MAXNREG: dict = {}
@@ -595,6 +606,34 @@ def rows_flat_launch(sizes, in_strides, element_size: int, vec: tuple) -> Permut
                          vec=(cap, cap), kept=True, offsets64=wide, flat=True)  # fmt: skip
 
 
+def run_vector_widths(sizes, in_strides, kept: bool, a_dims, b_dims, element_size: int) -> tuple[int, int]:
+    """Load and store vector widths (elements) of a tile launch whose axes are ``a_dims`` and ``b_dims``:
+    powers of two up to 16 bytes that divide the contiguous run the axis's first dimensions form on that
+    side (A's on the input; the stored axis's on the output) and, for loads, every input stride outside
+    that run. Output strides are products of the faster sizes, so the run's divides every other one.
+    Wider than ``vector_widths`` where a side's fastest dimension is odd but its run is not (23 x 32
+    floats: 736)."""
+    cap = max(1, VECTOR_BYTES // element_size)
+    out_strides = contiguous_strides(sizes)
+
+    def run(dims, strides) -> tuple[int, list]:
+        length, members = 1, []
+        for d in dims:
+            if strides[d] != length:
+                break
+            length *= sizes[d]
+            members.append(d)
+        return length, members
+
+    length, members = run(a_dims, in_strides)
+    load = _pow2_part(length, cap) if members else 1
+    for d in range(len(sizes)):
+        if d not in members:
+            load = min(load, _pow2_part(in_strides[d], cap))
+    store = _pow2_part(run(a_dims if kept else b_dims, out_strides)[0], cap)
+    return load, store
+
+
 def permute_launch(p, element_size: int) -> PermuteLaunch:
     """The launch of ``p`` (a ``tileflip.plan.PermutePlan`` of kind rows, copy, tiles or general)."""
     sizes = p.sizes
@@ -605,12 +644,27 @@ def permute_launch(p, element_size: int) -> PermuteLaunch:
             flat = rows_flat_launch(sizes, p.in_strides, element_size, vec)
             if flat is not None:
                 return flat
-        vector_bytes = min(vec) * element_size
-        step = narrow_step(vector_bytes)  # its offset rule holds for TILES_4B launches too (as measured)
-        config = permute_config(element_size, vector_bytes, kept)
-        whole = WHOLE_DIM_WARPS.get(element_size, 0) if step is None and not kept else 0
-        return tile_launch(sizes, p.in_strides, kept, vec, config, step is None or step[3], whole,
-                           element_size in B_FIRST_SIZES)
+
+        def launch(vec, tile_vec):  # the tile, its warps and offsets chosen as for vectors tile_vec
+            vector_bytes = min(tile_vec) * element_size
+            step = narrow_step(vector_bytes)  # its offset rule holds for TILES_4B launches too (as measured)
+            config = permute_config(element_size, vector_bytes, kept)
+            whole = WHOLE_DIM_WARPS.get(element_size, 0) if step is None and not kept else 0
+            return tile_launch(sizes, p.in_strides, kept, vec, config, step is None or step[3], whole,
+                               element_size in B_FIRST_SIZES)
+
+        go = launch(vec, vec)
+        if not VECTOR_RUNS:
+            return go
+        wider = run_vector_widths(sizes, p.in_strides, kept, go.a_dims, go.b_dims, element_size)
+        if wider == vec or wider[0] < vec[0] or wider[1] < vec[1]:
+            return go
+        # the wider vectors choose the tile where both sides reach 16 bytes (VECTOR_RUNS_TILE_ALL: always);
+        # the tile's axes must still form runs that hold them
+        full = min(wider) * element_size >= VECTOR_BYTES
+        go_wider = launch(wider, wider if full or VECTOR_RUNS_TILE_ALL else vec)
+        held = run_vector_widths(sizes, p.in_strides, kept, go_wider.a_dims, go_wider.b_dims, element_size)
+        return go_wider if held[0] >= wider[0] and held[1] >= wider[1] else go
     if p.kind == "general":
         return PermuteLaunch((GENERAL_BLOCK,), 4, (cdiv(_product(sizes), GENERAL_BLOCK),))
     raise ValueError(f"plan kind {p.kind!r} has no permute-kernel launch")
