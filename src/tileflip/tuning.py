@@ -502,18 +502,12 @@ def offsets_need_64(sizes, in_strides, axes) -> bool:
 
 
 def vector_widths(sizes, in_strides, kept: bool, element_size: int) -> tuple[int, int]:
-    """Load and store vector widths (elements) of the tile kernel: powers of two up to 16 bytes that
-    divide the fastest dimension's size on that side and every input stride (loads) or that size (stores).
-    The input side's fastest dimension is A's first (``fold_axes``)."""
-    cap = max(1, VECTOR_BYTES // element_size)
+    """Load and store vector widths (elements) of the tile kernel from each side's fastest dimension
+    alone: ``run_vector_widths`` of axes that hold only their first dimensions (A's is the input's
+    fastest, ``fold_axes``)."""
     last = len(sizes) - 1
     a0 = last if kept else _by_input_stride(in_strides)[0]
-    load = _pow2_part(sizes[a0], cap) if in_strides[a0] == 1 else 1
-    for d in range(len(sizes)):
-        if d != a0:
-            load = min(load, _pow2_part(in_strides[d], cap))
-    store = _pow2_part(sizes[a0 if kept else last], cap)
-    return load, store
+    return run_vector_widths(sizes, in_strides, kept, (a0,), (last,), element_size)
 
 
 def narrow_step(vector_bytes: int):
