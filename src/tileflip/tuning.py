@@ -259,9 +259,19 @@ ROWS_FLAT_WARPS = 4
 # fp32 (62,10,8,32,44,3) 0.83 -> 0.88, bf16 (32,48,47,18,10,3) 0.43 -> 0.47, int8 (16,16,152,48,44)
 # 0.84 -> 0.88, bf16 (8,82,18,36,94) 0.92 -> 0.95; fp32 (38,17,20,13,14,13) 0.71 -> 0.69 (0.72 -> 0.70 in
 # the run before). With the tile following every widening (v1), int8 (7,46,8,72,38,10) fell 0.83 -> 0.64
-# (0.85 as it is).
+# (0.85 as it is). permute_variants.py times its first variant (v0 there) a few points low on some cases
+# (session 10 runs 11 and 13: two identical variants 0.914 / 0.928 and 0.916 / 0.936 of copy), so the bench
+# before and after, both with auto in the same place, is the check: session 9 run 9 against session 10 run 9
+# (results/h200-2026-12-01-permute-random-s9run9.json, -s10run9.json): 0.58 -> 0.66, 0.44 -> 0.47,
+# 0.84 -> 0.89, 0.86 -> 0.90, 0.93 -> 0.96 on the cases above, fp32 (38,17,20,13,14,13) 0.72 -> 0.70.
 VECTOR_RUNS = True
 VECTOR_RUNS_TILE_ALL = False
+# The permute kernels' loads under Triton's evict_last cache policy, as torch.compile's permutes load.
+# Measured on the permute suites, H200, 2026-12-01 session 10 run 13 (experiments/
+# h200-2026-12-01-permute-variants-evict-run13.json, variant ev against base2, an identical copy of the
+# base variant timed out of first place): median 0.935 against 0.936 of copy; +0.02 to +0.05 on 6 cases
+# (bf16 (8,11,46,16,8,76) 0.92 -> 0.97), -0.02 to -0.03 on 7 (int8 (16,16,152,48,44) 0.94 -> 0.91). Off.
+PERMUTE_EVICT_LAST = False
 # Register caps (``maxnreg``) of tile launches whose both sides move 16-byte vectors, by element size
 # (none where absent).
 PERMUTE_MAXNREG: dict = {}
@@ -303,7 +313,8 @@ class PermuteLaunch:
     ``offsets64``: some element offset the kernel forms, masked tail lanes included, may reach 2**31,
     so offsets are computed in 64 bits (else in 32: on a tile of 1- or 2-byte scalars the 64-bit
     offsets took about 40% more registers, halving the programs an SM holds; see ``offsets_need_64``).
-    ``maxnreg``: a cap on registers per thread for the compiler (0: none).
+    ``maxnreg``: a cap on registers per thread for the compiler (0: none). ``evict_last``: loads carry
+    Triton's ``evict_last`` cache policy (PERMUTE_EVICT_LAST).
     general: ``blocks`` = (BLOCK,), ``grid`` = (programs,).
     ``flat`` (rows, ``rows_flat_launch``): the flat rows kernel; ``blocks`` = (vectors per program,),
     ``grid`` = (programs,), ``vec`` = (VEC, VEC), ``a_dims`` = (the kept dimension,).
@@ -323,6 +334,7 @@ class PermuteLaunch:
     offsets64: bool = True
     maxnreg: int = 0
     flat: bool = False
+    evict_last: bool = False
 
     @property
     def options(self) -> dict:
@@ -474,6 +486,7 @@ def tile_launch(sizes, in_strides, kept: bool, vec: tuple, config, offsets32: bo
     return PermuteLaunch(
         (block_b, block_a), warps, grid, _product(sizes[d] for d in batch_dims),
         a_dims, b_dims, batch_dims, (load, store), kept, wide, b_fast, offsets64, config.maxnreg,
+        evict_last=PERMUTE_EVICT_LAST,
     )  # fmt: skip
 
 
@@ -597,7 +610,8 @@ def rows_flat_launch(sizes, in_strides, element_size: int, vec: tuple) -> Permut
     top = sum((s - 1) * st for s, st in zip(sizes, in_strides))  # masked vectors decode vector 0
     wide = not OFFSETS32_RULE or top >= 2**31 or numel + block * cap >= 2**31
     return PermuteLaunch((block,), ROWS_FLAT_WARPS, (cdiv(vectors, block),), a_dims=(len(sizes) - 1,),
-                         vec=(cap, cap), kept=True, offsets64=wide, flat=True)  # fmt: skip
+                         vec=(cap, cap), kept=True, offsets64=wide, flat=True,
+                         evict_last=PERMUTE_EVICT_LAST)  # fmt: skip
 
 
 def run_vector_widths(sizes, in_strides, kept: bool, a_dims, b_dims, element_size: int) -> tuple[int, int]:

@@ -56,7 +56,7 @@ def permute_tile_kernel(
     NA_IN: tl.constexpr, NA_OUT: tl.constexpr, NB_IN: tl.constexpr, NB_OUT: tl.constexpr, NN: tl.constexpr,
     BLOCK_B: tl.constexpr, BLOCK_A: tl.constexpr,
     VEC_LOAD: tl.constexpr, VEC_STORE: tl.constexpr, KEPT: tl.constexpr, WIDE: tl.constexpr,
-    B_FAST: tl.constexpr, OFF64: tl.constexpr,
+    B_FAST: tl.constexpr, OFF64: tl.constexpr, EVICT_LAST: tl.constexpr,
 ):  # fmt: skip
     """One BLOCK_A x BLOCK_B tile of one batch element: loaded along A, stored along A (KEPT: the output's
     fastest dimension is the input's) or transposed and stored along B.
@@ -93,8 +93,9 @@ def permute_tile_kernel(
         load_offs = tl.max_contiguous(tl.multiple_of(load_offs, [VEC_LOAD, VEC_LOAD]), [VEC_LOAD, 1])
     if VEC_STORE > 1:
         store_offs = tl.max_contiguous(tl.multiple_of(store_offs, [VEC_STORE, VEC_STORE]), [VEC_STORE, 1])
+    POLICY: tl.constexpr = "evict_last" if EVICT_LAST else ""
     if ((pid_a + 1) * BLOCK_A <= size_a) & ((pid_b + 1) * BLOCK_B <= size_b):
-        tile = tl.load(x_ptr + load_offs)
+        tile = tl.load(x_ptr + load_offs, eviction_policy=POLICY)
         if KEPT:
             tl.store(out_ptr + store_offs, tile)
         else:
@@ -103,7 +104,7 @@ def permute_tile_kernel(
         # Masks compare whole vectors (VEC divides the axis's size), so a masked tail keeps its vectors.
         in_a_ok = (ra // VEC_LOAD) < (size_a // VEC_LOAD)
         mask = in_a_ok[:, None] & (rb < size_b)[None, :]
-        tile = tl.load(x_ptr + load_offs, mask=mask)
+        tile = tl.load(x_ptr + load_offs, mask=mask, eviction_policy=POLICY)
         if KEPT:
             out_a_ok = (ra // VEC_STORE) < (size_a // VEC_STORE)
             tl.store(out_ptr + store_offs, tile, mask=out_a_ok[:, None] & (rb < size_b)[None, :])
@@ -124,7 +125,7 @@ def permute_general_kernel(x_ptr, out_ptr, numel, sizes, in_strides, NDIM: tl.co
 @triton.jit
 def permute_rows_flat_kernel(
     x_ptr, out_ptr, vectors, row_vectors, sizes, in_strides,
-    NDIM: tl.constexpr, VEC: tl.constexpr, BLOCK: tl.constexpr, OFF64: tl.constexpr,
+    NDIM: tl.constexpr, VEC: tl.constexpr, BLOCK: tl.constexpr, OFF64: tl.constexpr, EVICT_LAST: tl.constexpr,
 ):  # fmt: skip
     """Rows plan (inner dimension kept, every row whole VEC-element vectors): BLOCK consecutive vectors of
     the contiguous output, each loaded from its row's input offset (the row decoded over the other NDIM
@@ -138,7 +139,8 @@ def permute_rows_flat_kernel(
     base = _decode(row, sizes, in_strides, NDIM, OFF64) + (w - row * row_vectors) * VEC
     base = tl.multiple_of(base, VEC)
     lane = tl.arange(0, VEC)
-    tile = tl.load(x_ptr + (base[:, None] + lane[None, :]), mask=mask[:, None])
+    POLICY: tl.constexpr = "evict_last" if EVICT_LAST else ""
+    tile = tl.load(x_ptr + (base[:, None] + lane[None, :]), mask=mask[:, None], eviction_policy=POLICY)
     tl.store(out_ptr + (v[:, None] * VEC + lane[None, :]), tile, mask=mask[:, None])
 
 
@@ -175,7 +177,7 @@ def tile_args(plan, go) -> tuple[tuple, dict]:
     constexprs = dict(
         NA_IN=len(a_in[0]), NA_OUT=len(a_out[0]), NB_IN=len(b_in[0]), NB_OUT=len(b_out[0]), NN=len(n[0]),
         BLOCK_B=go.blocks[0], BLOCK_A=go.blocks[1], VEC_LOAD=go.vec[0], VEC_STORE=go.vec[1], KEPT=go.kept,
-        WIDE=go.wide, B_FAST=go.b_fast, OFF64=go.offsets64,
+        WIDE=go.wide, B_FAST=go.b_fast, OFF64=go.offsets64, EVICT_LAST=go.evict_last,
     )  # fmt: skip
     return args, constexprs
 
@@ -193,7 +195,7 @@ def launch_of(plan, element_size: int) -> tuple:
         others = plan.sizes[:-1][::-1], plan.in_strides[:-1][::-1]
         args = (tuning._product(plan.sizes) // vec, plan.sizes[-1] // vec, *others)
         return go, args, dict(NDIM=len(others[0]), VEC=vec, BLOCK=go.blocks[0], OFF64=go.offsets64,
-                              num_warps=go.num_warps)  # fmt: skip
+                              EVICT_LAST=go.evict_last, num_warps=go.num_warps)  # fmt: skip
     args, constexprs = tile_args(plan, go)
     return go, args, constexprs | go.options
 
