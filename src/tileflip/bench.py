@@ -3,9 +3,8 @@
 Every figure is a device-event timing with L2 flushed and the host's launch latency kept out
 (``tileflip.timing``), the median of its repetitions, with the 20th and 80th percentiles kept as
 spread. Each case is measured in rounds: in every round the device-to-device copy of the same byte
-count is timed first, then every op (starting one op further along each round), so the copy and the
-ops are interleaved and the fraction of copy compares figures of one run. Host time per call is its
-own suite (``--suite host``).
+count is timed first, then every op, so the copy and the ops are interleaved and the fraction of copy
+compares figures of one run. Host time per call is its own suite (``--suite host``).
 
 Bytes moved (the byte formula of every GB/s here): ``2 * numel * element_size`` for a transpose, a
 read of each element and a write of each element, the same as the copy of that many bytes.
@@ -250,12 +249,10 @@ def measure(cases: list[Case], backends: list[str], rounds: int, quick: bool, lo
                        ms_p20=c20, ms_p80=c80, gbps=copy_gbps, copy_gbps=copy_gbps, fraction_of_copy=1.0,
                        run=run_id, round=r)  # fmt: skip
             records.append(row)
-            # The op timed right after the copy measured up to 5 points slower than the same launch timed
-            # later (session 10 run 11): each round starts the ops one further along, so that no op is in
-            # that place in more than one round of three (with three ops or more) and the median drops it.
-            k = r % len(fns) if fns else 0
-            by_name = {b: _time(fn, quick) for b, fn in fns[k:] + fns[:k]}
-            timed = [(b, *by_name[b]) for b, _ in fns]
+            # In a fixed order, the copy between rounds: an op timed right after one whose loads carry
+            # evict_last (torch.compile's) finds part of x still in L2 through the flush (session 10 runs
+            # 12 and 15), so auto stays right after the copy.
+            timed = [(b, *_time(fn, quick)) for b, fn in fns]
             if case.label in xla.get("ms", {}):
                 timed.append(("xla", xla["ms"][case.label], None, None))
             for b, ms, p20, p80 in timed:

@@ -259,18 +259,17 @@ ROWS_FLAT_WARPS = 4
 # fp32 (62,10,8,32,44,3) 0.83 -> 0.88, bf16 (32,48,47,18,10,3) 0.43 -> 0.47, int8 (16,16,152,48,44)
 # 0.84 -> 0.88, bf16 (8,82,18,36,94) 0.92 -> 0.95; fp32 (38,17,20,13,14,13) 0.71 -> 0.69 (0.72 -> 0.70 in
 # the run before). With the tile following every widening (v1), int8 (7,46,8,72,38,10) fell 0.83 -> 0.64
-# (0.85 as it is). permute_variants.py times its first variant (v0 there) a few points low on some cases
-# (session 10 runs 11 and 13: two identical variants 0.914 / 0.928 and 0.916 / 0.936 of copy), so the bench
-# before and after, both with auto in the same place, is the check: session 9 run 9 against session 10 run 9
-# (results/h200-2026-12-01-permute-random-s9run9.json, -s10run9.json): 0.58 -> 0.66, 0.44 -> 0.47,
+# (0.85 as it is). The bench before and after agrees: session 9 run 9 against session 10 run 9
+# (results/h200-2026-12-01-permute-random-s9run9.json and -permute-random.json): 0.58 -> 0.66, 0.44 -> 0.47,
 # 0.84 -> 0.89, 0.86 -> 0.90, 0.93 -> 0.96 on the cases above, fp32 (38,17,20,13,14,13) 0.72 -> 0.70.
 VECTOR_RUNS = True
 VECTOR_RUNS_TILE_ALL = False
 # The permute kernels' loads under Triton's evict_last cache policy, as torch.compile's permutes load.
-# Measured on the permute suites, H200, 2026-12-01 session 10 run 13 (experiments/
-# h200-2026-12-01-permute-variants-evict-run13.json, variant ev against base2, an identical copy of the
-# base variant timed out of first place): median 0.935 against 0.936 of copy; +0.02 to +0.05 on 6 cases
-# (bf16 (8,11,46,16,8,76) 0.92 -> 0.97), -0.02 to -0.03 on 7 (int8 (16,16,152,48,44) 0.94 -> 0.91). Off.
+# Not measurable with tileflip.timing's flush as it is: on the permute suites (H200, 2026-12-01 session 10,
+# experiments/h200-2026-12-01-permute-variants-evict-run*.json and -identical-run15.json) the setting with
+# it measured a median of 0.935 of copy, the identical setting timed right after it 0.928-0.936, and the
+# same setting with no evict_last variant in the run 0.912-0.914: lines loaded with evict_last seem to
+# outlast the 256 MiB flush, so a kernel using it is timed with part of its input in L2. Off.
 PERMUTE_EVICT_LAST = False
 # Register caps (``maxnreg``) of tile launches whose both sides move 16-byte vectors, by element size
 # (none where absent).
