@@ -282,10 +282,12 @@ def test_offset_bounds_cover_every_offset_the_kernel_forms():
 
 
 def _groups_hold(offsets, vec: int, size: int) -> bool:
-    """Every whole group of ``vec`` linear indices (from a multiple of ``vec``) is ``vec`` consecutive
-    offsets starting at a multiple of ``vec``."""
-    whole = size // vec * vec
-    groups = offsets[:whole].reshape(-1, vec)
+    """``vec`` divides the axis's ``size`` (the masked tails compare whole vectors) and every group of
+    ``vec`` linear indices (from a multiple of ``vec``) is ``vec`` consecutive offsets starting at a
+    multiple of ``vec``."""
+    if size % vec:
+        return False
+    groups = offsets.reshape(-1, vec)
     return bool(((groups[:, 0] % vec) == 0).all() and ((groups - groups[:, :1]) == list(range(vec))).all())
 
 
@@ -301,7 +303,7 @@ def test_vector_widths_hold_on_every_element_the_kernel_moves():
     rng = random.Random(7)
     cases = _offset_cases() + [(s, d, {1: torch.int8, 2: torch.bfloat16, 4: torch.float32}[e], "contiguous")
                                for s, d, e in LAYOUT_CASES]  # fmt: skip
-    cases += [_vector_run_case(rng) for _ in range(40)]
+    cases += [_vector_run_case(rng) for _ in range(40)] + [(*c, "contiguous") for c in HELD_CASES]
     widened = 0
     for i, (shape, dims, dtype, view) in enumerate(cases):
         x = _view(shape, view, dtype, "cpu", seed=i) if shape else random_bits((), dtype)
@@ -345,6 +347,25 @@ def test_vectors_come_from_the_runs_the_axes_form(shape, dims, element_size, vec
     go = tuning.permute_launch(p, element_size)
     assert (go.vec, go.blocks, go.num_warps) == (vec, blocks, warps)
     assert go.vec != tuning.vector_widths(p.sizes, p.in_strides, go.kept, element_size)
+
+
+# Permutes whose wider vectors choose a tile on which the axes no longer form runs that hold them (the
+# output run of B's dimensions is 36 elements in the first): permute_launch keeps the launch of the
+# narrower vectors.
+HELD_CASES = [((3, 12, 4, 256), (3, 2, 1, 0), torch.bfloat16), ((256, 32, 9, 28), (1, 3, 2, 0), torch.bfloat16),
+              ((5, 64, 14, 48, 18, 28, 6), (4, 6, 2, 3, 5, 0, 1), torch.int8)]  # fmt: skip
+
+
+@pytest.mark.parametrize("shape,dims,dtype", HELD_CASES)
+def test_wider_vectors_are_kept_only_where_the_axes_hold_them(shape, dims, dtype, monkeypatch):
+    es = torch.empty((), dtype=dtype).element_size()
+    p = plan.plan_permute(shape, _contiguous_strides(shape), dims, es)
+    monkeypatch.setattr(tuning, "VECTOR_RUNS", False)
+    narrow = tuning.permute_launch(p, es)
+    monkeypatch.setattr(tuning, "VECTOR_RUNS", True)
+    wider = tuning.run_vector_widths(p.sizes, p.in_strides, False, narrow.a_dims, narrow.b_dims, es)
+    assert wider != narrow.vec  # a widening on offer ...
+    assert tuning.permute_launch(p, es) == narrow  # ... refused: the wider vectors' tile folds other axes
 
 
 def _vector_run_case(rng: random.Random):

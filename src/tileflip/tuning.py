@@ -306,7 +306,8 @@ class PermuteLaunch:
     rows/copy/tiles: ``blocks`` = (BLOCK_B, BLOCK_A), ``grid`` = (b tiles, a tiles), ``batch`` = batch
     elements; ``a_dims`` / ``b_dims`` / ``batch_dims`` are merged dimensions (indices into the plan's
     sizes), innermost first; ``vec`` = (load, store) vector widths in elements that the kernel may
-    assume on full tiles (they divide every size and stride involved); ``kept``: the output's fastest
+    assume on full tiles (``run_vector_widths``: they divide the run along the axis and every other
+    stride involved, so the axis's size too); ``kept``: the output's fastest
     dimension is also the input's, so stores run along A (no transpose in registers); ``wide``: tile
     indices need 64 bits; ``b_fast``: consecutive programs step along B (else along A);
     ``offsets64``: some element offset the kernel forms, masked tail lanes included, may reach 2**31,
@@ -452,7 +453,8 @@ def _axis_block(size: int, first: int, cap: int) -> int:
 def tile_launch(sizes, in_strides, kept: bool, vec: tuple, config, offsets32: bool = True,
                 whole_dim_warps: int = 0, b_first: bool = False) -> PermuteLaunch:  # fmt: skip
     """The tile kernel's launch (plan kinds rows, copy and tiles) for merged sizes and input strides,
-    with the (load, store) vector widths of ``vector_widths``; ``offsets32`` False keeps int64 offsets
+    with (load, store) vector widths that hold on the axes it folds (``run_vector_widths``: ``permute_launch``
+    checks); ``offsets32`` False keeps int64 offsets
     even where ``offset_bounds`` would allow int32 (a narrow step measured faster so);
     ``whole_dim_warps``, when not 0, the warps of a tile that spans a whole first dimension;
     ``b_first``: a transposed tile's programs step along B whatever the tile counts."""

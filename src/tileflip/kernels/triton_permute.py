@@ -14,9 +14,10 @@ sizes and strides are runtime arguments (only ranks, blocks and vector widths ar
 memory offsets are int32 where the planner bounds every offset below 2**31 (``PermuteLaunch.offsets64``;
 64-bit offsets held most of the registers of the 1- and 2-byte scalar tiles), else int64.
 
-The planner's vector widths (``PermuteLaunch.vec``: powers of two that divide every size and stride
-involved) are asserted with ``tl.multiple_of`` and ``tl.max_contiguous``, so loads and stores use up to
-16-byte vectors even when sizes are not multiples of 16 (Triton's own argument specialization only knows
+The planner's vector widths (``PermuteLaunch.vec``: powers of two that divide the contiguous run along
+the axis, so the axis's size, and every other stride involved; ``tuning.run_vector_widths``) are
+asserted with ``tl.multiple_of`` and ``tl.max_contiguous``, so loads and stores use up to 16-byte
+vectors even when sizes are not multiples of 16 (Triton's own argument specialization only knows
 divisibility by 16). Full tiles take an unmasked path; the last tile of each axis is masked, with masks
 that compare whole vectors so that the tails keep their vectors (a 60-byte output row of int8 is
 otherwise written one byte per instruction, in every tile).
@@ -88,7 +89,8 @@ def permute_tile_kernel(
     else:
         store_offs = out_b[:, None] + out_a[None, :]
     # The planner's vector widths hold on every tile, tails included: runs of VEC elements start at
-    # multiples of VEC (VEC divides the sizes and strides involved, and tiles start at multiples of it).
+    # multiples of VEC (VEC divides the axis's run and size and the strides involved, and tiles start at
+    # multiples of it).
     if VEC_LOAD > 1:
         load_offs = tl.max_contiguous(tl.multiple_of(load_offs, [VEC_LOAD, VEC_LOAD]), [VEC_LOAD, 1])
     if VEC_STORE > 1:
