@@ -281,6 +281,12 @@ def test_offset_bounds_cover_every_offset_the_kernel_forms():
     assert checked > 40
 
 
+def _widened(p, go, element_size: int) -> bool:
+    """Whether the launch ``go`` of plan ``p`` moves wider vectors than each side's fastest dimension
+    alone gives (``tuning.VECTOR_RUNS``)."""
+    return not go.flat and go.vec != tuning.vector_widths(p.sizes, p.in_strides, go.kept, element_size)
+
+
 def _groups_hold(offsets, vec: int, size: int) -> bool:
     """``vec`` divides the axis's ``size`` (the masked tails compare whole vectors) and every group of
     ``vec`` linear indices (from a multiple of ``vec``) is ``vec`` consecutive offsets starting at a
@@ -313,7 +319,7 @@ def test_vector_widths_hold_on_every_element_the_kernel_moves():
         go = tuning.permute_launch(p, x.element_size())
         if go.flat:
             continue
-        widened += go.vec != tuning.vector_widths(p.sizes, p.in_strides, go.kept, x.element_size())
+        widened += _widened(p, go, x.element_size())
         args, _ = tile_args(p, go)
         a_in, a_out, b_in, b_out, n = args[4:6], args[6:8], args[8:10], args[10:12], args[12:15]
         size_a, size_b = args[0], args[1]
@@ -346,7 +352,7 @@ def test_vectors_come_from_the_runs_the_axes_form(shape, dims, element_size, vec
     p = plan.plan_permute(shape, _contiguous_strides(shape), dims, element_size)
     go = tuning.permute_launch(p, element_size)
     assert (go.vec, go.blocks, go.num_warps) == (vec, blocks, warps)
-    assert go.vec != tuning.vector_widths(p.sizes, p.in_strides, go.kept, element_size)
+    assert _widened(p, go, element_size)
 
 
 # Permutes whose wider vectors choose a tile on which the axes no longer form runs that hold them (the
@@ -685,7 +691,7 @@ def test_vector_run_sweep(device):
         p = plan.plan_permute(tuple(x.shape), tuple(x.stride()), dims, x.element_size())
         if p.kind in ("rows", "tiles", "copy"):
             go = tuning.permute_launch(p, x.element_size())
-            widened += not go.flat and go.vec != tuning.vector_widths(p.sizes, p.in_strides, go.kept, x.element_size())
+            widened += _widened(p, go, x.element_size())
         out = poisoned(tuple(x.shape[d] for d in dims), dtype, device)
         tileflip.permute(x, dims, out)
         assert_bits_equal(out, x.permute(dims))
