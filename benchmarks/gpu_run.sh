@@ -58,6 +58,8 @@ for step in "$@"; do
     dist-overlap) for e in ${DIST_ENVS:-default}; do
                     run "dist-overlap-$e" 200 env $([ "$e" != default ] && echo "$e") python3 -m torch.distributed.run \
                       --standalone --nproc-per-node 2 benchmarks/dist_overlap.py "$OUT/dist-overlap.json" "$e" ${DIST_SECTIONS:-}; done ;;
+    flush-check) run flush-check 200 python3 benchmarks/flush_check.py "$OUT/flush-check.json" ;;
+    tests-timing) run tests-timing 120 python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_timing.py ;;
     unaligned-vec) run unaligned-vec 300 python3 benchmarks/unaligned_vec.py "$OUT/unaligned-vec.json" ;;
     dist-bench) run dist-bench 300 python3 -m torch.distributed.run --standalone --nproc-per-node 2 -m tileflip.bench_distributed --out "$OUT/h200x2-distributed.json" ;;
     *) echo "unknown step $step" | tee -a "$LOG" ;;

@@ -358,7 +358,7 @@ def _profiled(fn, flush, calls: int = 20) -> tuple[float, float, list]:
     torch.cuda.synchronize()
     with profiler(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(calls):
-            flush.zero_()
+            flush()
             torch.cuda._sleep(200_000)
             fn()
         torch.cuda.synchronize()
@@ -394,7 +394,7 @@ def profile(records):
         import cupy
     except ImportError:
         cupy = None
-    flush = timing._flush_buffer(torch.device("cuda"))
+    flush = timing.flush_fn("cuda")
     for shape, dtype in [((1024, 512), "float32"), ((4096, 128), "float32"), ((2, 100000), "float32"),
                          ((31, 65), "float32"), ((1024, 512), "int8"), ((1024, 512), "float64")]:  # fmt: skip
         x = bench._make_input(bench.Case(shape, dtype))
@@ -479,7 +479,7 @@ def evict(records):
     """Launch-bound cases: which part of torch.compile's kernel form (constexpr sizes, ``evict_last``
     loads) makes it shorter, and the table's tile with ``evict_last`` (``TileConfig.evict_last``): events
     (3 interleaved rounds) and profiler durations of each variant."""
-    flush = timing._flush_buffer(torch.device("cuda"))
+    flush = timing.flush_fn("cuda")
     for shape, dtype in EVICT_CASES:
         es = torch.empty((), dtype=getattr(torch, dtype)).element_size()
         x = bench._make_input(bench.Case(shape, dtype))
@@ -550,7 +550,7 @@ def tiny(records):
     """The launch-bound cases: torch.compile's kernel form in tileflip's kernel (2-D grid, group_m=-1),
     beside auto, the standalone form and torch.compile; the sliver cases (2 x 100000): the gather with
     evict_last and with a multiply-high division. Events (3 interleaved rounds) and profiler durations."""
-    flush = timing._flush_buffer(torch.device("cuda"))
+    flush = timing.flush_fn("cuda")
     for shape, dtype in TINY_CASES:
         x = bench._make_input(bench.Case(shape, dtype))
         ref = x.t().contiguous()

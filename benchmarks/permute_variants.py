@@ -118,9 +118,8 @@ def main(out_path: str, specs: list[str]) -> None:
             ok = torch.equal(out.view(-1).view(torch.uint8), ref.view(-1).view(torch.uint8))
             fns.append((name, opts, (lambda o=opts: (apply(o), tileflip.permute(x, case.perm, out))), ok))
         times = {name: [] for name, *_ in fns}
-        # A setting timed right after one whose loads carry evict_last (evict=1) measured 2 points faster
-        # than itself elsewhere (session 10 runs 11, 13 and 15: part of the input stays in L2 through the
-        # flush), so a variant with evict=1 belongs last in the list.
+        # (Under the earlier zero_ flush a setting timed right after one with evict=1 measured 2 points
+        # faster than itself elsewhere, session 10 runs 11, 13 and 15; timing's "l2" flush empties the L2.)
         for _ in range(3):
             for entry in fns:
                 name, fn = entry[0], entry[2]

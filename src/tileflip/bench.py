@@ -120,11 +120,14 @@ def _meta():
     import torch
     import triton
 
+    from tileflip import timing
+
     return {
         "gpu": torch.cuda.get_device_name(),
         "torch": torch.__version__,
         "triton": triton.__version__,
         "time": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "flush": timing.FLUSH_MODE,  # how the L2 was flushed before each timed call (tileflip.timing)
     }
 
 

@@ -1,14 +1,23 @@
 """Device time of one call, by CUDA events, with L2 flushed and the host's launch latency kept out.
 
 ``triton.testing.do_bench`` records the start event, then lets the host launch the call. When the GPU
-has already drained its queue (the L2 flush takes ~60 us; a Python launch path can take 10-30 us), the
+has already drained its queue (the L2 flush takes ~90 us; a Python launch path can take 10-30 us), the
 start event fires at once and the figure includes the host's time to launch: small cases then rank
 backends by their Python overhead, and do it unevenly (the same call measured 4 us in one round and
-30 us in the next on an H200). Here every repetition queues, in order: the L2 flush (a 256 MiB
-``zero_``), a spin kernel of ``SPIN_CYCLES`` clock cycles (~100 us), the start event, the call, the end
-event. The spin keeps the GPU busy while the host enqueues the call, so the events bracket device work
-only; it lasts at least four times the host's measured time to enqueue the call (``spin_cycles``).
-Host time is measured apart (``tileflip bench --suite host``).
+30 us in the next on an H200). Here every repetition queues, in order: the L2 flush, a spin kernel of
+``SPIN_CYCLES`` clock cycles (~100 us), the start event, the call, the end event. The spin keeps the GPU
+busy while the host enqueues the call, so the events bracket device work only; it lasts at least four
+times the host's measured time to enqueue the call (``spin_cycles``). Host time is measured apart
+(``tileflip bench --suite host``).
+
+The flush (``FLUSH_MODE``): ``"l2"``, the default, is ``kernels.triton_flush``: a 256 MiB read at
+``evict_last`` priority, then a discard of its lines, leaving the L2 clean and empty (87 us on an H200).
+``"zero"`` is a 256 MiB ``zero_`` (83 us; what ``do_bench`` does). It leaves the L2 full of dirty lines,
+which the timed call then writes back: on an H200 (``benchmarks/flush_check.py``, session 11 run 1) a
+256 MiB copy took 129.4 us after it and 126.3 us after ``"l2"``, a 16 MiB copy 12.8 us against 11.2, and
+a 256 MiB read 71.3 us against 63.6. It may also leave lines loaded at ``evict_last`` (the same 256 MiB
+copy took 128.0 us when x had been read that way before the flush); after ``"l2"`` the copy and the read
+took the same time whatever had read x before the flush.
 """
 
 from __future__ import annotations
@@ -17,19 +26,32 @@ import statistics
 import time
 
 FLUSH_BYTES = 256 << 20
+FLUSH_MODES = ("l2", "zero")
+FLUSH_MODE = "l2"
 SPIN_CYCLES = 200_000  # ~100 us at H200 clocks: the least spin
 SPIN_CLOCK_HZ = 2.0e9  # cycles per second of the spin kernel (an H200's SM clock, rounded up)
 
 _flush = {}
 
 
-def _flush_buffer(device):
+def flush_fn(device, mode: str | None = None):
+    """A callable that queues an L2 flush of ``device`` (``mode``: one of FLUSH_MODES; default FLUSH_MODE)."""
     import torch
 
-    buf = _flush.get(device)
-    if buf is None:
-        buf = _flush[device] = torch.empty(FLUSH_BYTES, dtype=torch.int8, device=device)
-    return buf
+    mode = FLUSH_MODE if mode is None else mode
+    if mode not in FLUSH_MODES:
+        raise ValueError(f"mode: expected one of {FLUSH_MODES}, got {mode!r}")
+    device = torch.device(device)
+    fn = _flush.get((device, mode))
+    if fn is None:
+        if mode == "zero":
+            fn = torch.empty(FLUSH_BYTES, dtype=torch.int8, device=device).zero_
+        else:
+            from tileflip.kernels.triton_flush import Flush
+
+            fn = Flush(device, FLUSH_BYTES)
+        _flush[(device, mode)] = fn
+    return fn
 
 
 def device_times(fn, *, warmup: int = 10, reps: int = 40, device="cuda", spin: int | None = None) -> list[float]:
@@ -37,7 +59,7 @@ def device_times(fn, *, warmup: int = 10, reps: int = 40, device="cuda", spin: i
     ``spin``: the spin's clock cycles (default: ``spin_cycles``, from the call's own host time)."""
     import torch
 
-    flush = _flush_buffer(torch.device(device))
+    flush = flush_fn(device)
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize(device)
@@ -46,7 +68,7 @@ def device_times(fn, *, warmup: int = 10, reps: int = 40, device="cuda", spin: i
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     for start, end in zip(starts, ends):
-        flush.zero_()
+        flush()
         torch.cuda._sleep(spin)
         start.record()
         fn()

@@ -1,0 +1,49 @@
+"""The timing harness's L2 flush: its sm_90 code (no GPU needed) and, on a GPU, that it loses no one's data."""
+
+import re
+
+import pytest
+import torch
+
+from tileflip import timing
+from tileflip.kernels import triton_flush
+from tileflip.kernels.triton_layout import compile_launch
+
+
+def test_flush_mode_and_size_are_checked():
+    with pytest.raises(ValueError, match="mode: expected one of"):
+        timing.flush_fn("cpu", "evict")
+    with pytest.raises(ValueError, match="nbytes: expected a multiple of 131072"):
+        triton_flush.Flush("cpu", (256 << 20) + 4096)
+
+
+def test_flush_code_for_sm90():
+    """The load reads 16-byte words with an L2 policy of evict_last over the whole line (fraction 1.0);
+    the discard invalidates 128-byte lines, one per line of the program's 128 KiB (8 per thread of 4 warps)."""
+    load = compile_launch(triton_flush.load_evict_last_kernel, {"buf": None, "sink": None, "n_words": 1 << 25},
+                          {"BLOCK": triton_flush.LOAD_BLOCK}, 4, "*i64").asm["ptx"]  # fmt: skip
+    assert re.search(r"createpolicy\.fractional\.L2::evict_last\.b64 %rd\d+, 1\.0;", load)
+    loads = re.findall(r"ld\.global\S*", load)
+    assert loads and all(".L2::cache_hint.v2.b64" in op for op in loads), loads
+    discard = compile_launch(triton_flush.discard_kernel, {"buf": None, "sink": None},
+                             {"BLOCK": triton_flush.DISCARD_BLOCK}, 4, "*i8").asm["ptx"]  # fmt: skip
+    assert len(re.findall(r"discard\.global\.L2 \[%rd\d+\], 128;", discard)) == triton_flush.DISCARD_BLOCK // 128
+
+
+@pytest.mark.gpu
+def test_flush_keeps_other_tensors():
+    """Tensors written just before the flush (dirty in the L2), allocated on both sides of its buffer,
+    read back bit for bit after it: the discard reaches only the flush's own lines."""
+    before = torch.randint(-(2**31), 2**31 - 1, (3 << 20,), dtype=torch.int32, device="cuda")
+    flush = triton_flush.Flush("cuda", 4 << 20)
+    after = torch.randint(-(2**31), 2**31 - 1, (3 << 20,), dtype=torch.int32, device="cuda")
+    want = before.cpu(), after.cpu()
+    before.add_(1)
+    after.sub_(1)
+    flush()
+    torch.cuda.synchronize()
+    assert torch.equal(before.cpu(), want[0] + 1) and torch.equal(after.cpu(), want[1] - 1)
+    out = torch.full_like(after, -7)
+    ms = timing.device_times(lambda: out.copy_(after), warmup=1, reps=3)  # the flush before each rep
+    assert len(ms) == 3 and all(m > 0 for m in ms)
+    assert torch.equal(out.cpu(), want[1] - 1)
