@@ -467,26 +467,14 @@ def test_cuda_vec_refusals_and_auto_fallback(monkeypatch):
         assert ran == kernel, (source.shape, ran)
 
 
-def test_skinny_rows_that_are_not_whole_tiles_take_the_ragged_entry():
-    """int8 217600 x 384 is skinny, and 384 is one and a half of the skinny tile's 256 columns: it takes
-    the table's ``skinny-ragged`` tile, whose width divides 384 (measured 0.927 of copy against 0.873);
-    65536 x 256 keeps the skinny tile, and element sizes without an entry keep theirs."""
-    from tileflip import tuning
-
-    skinny = tuning._config(1, "skinny")
-    ragged = tuning.triton_config(1, (217600, 384), 384)
-    assert 384 % skinny.block_n and 384 % ragged.block_n == 0 and ragged != skinny
-    assert tuning.triton_config(1, (65536, 256), 256) == skinny
-    assert tuning.triton_config(4, (89600, 288), 288) == tuning._config(4, "skinny")
-
-
 @pytest.mark.parametrize("device,backend", device_backends(gpu=("triton",)))
 def test_ragged_skinny_tile_is_exact(device, backend):
-    """The ``skinny-ragged`` tile on rows of one and a half tiles, with partial tiles down the columns."""
+    """The skinny tile on rows of one and a half tiles, with partial tiles down the columns."""
     from tileflip import tuning
     from tileflip.kernels import triton_transpose
 
     config = tuning.triton_config(1, (217600, 384), 384)
+    assert config == tuning.triton_config(1, (65536, 256), 256)
     x = random_bits((config.block_m + 37, 3 * config.block_n // 2), torch.int8, device, seed=3)
     out = poisoned(tuple(x.shape[::-1]), torch.int8, device)
     triton_transpose.launch(x, out, config)

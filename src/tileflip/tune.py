@@ -19,7 +19,9 @@ from tileflip.bench import Case, _make_input, _meta, _time
 # launch-bound) take tuning.thin_config, derived from the short side, and are not swept.
 REPRESENTATIVE = {
     "large": [(16384, 16384), (8192, 8192)],
-    "skinny": [(256, 65536), (65536, 256)],  # a column of tiles spans the short side
+    # a column of tiles spans the short side; 217600 x 384 (int8: the random permute suite's (80,68,40,384)
+    # by (3,0,1,2)) has rows of one and a half 256-wide tiles
+    "skinny": [(256, 65536), (65536, 256), (217600, 384)],
     "unaligned": [(8192, 8191)],  # rows not 16-aligned: scalar loads
     "tiny": [(1024, 512), (4096, 128), (31, 65)],  # launch-bound: fewer, smaller programs may win
 }

@@ -117,8 +117,7 @@ def _config(element_size: int, cls: str) -> TileConfig:
 def triton_config(element_size: int, shape: tuple | None = None, row_stride: int = 0) -> TileConfig:
     """The Triton tile configuration for an element size, and for a shape's class when one is given:
     the table's entry for its ``shape_class`` (``tiny``, ``unaligned``: rows not 16-aligned, so no vector
-    loads, ``skinny``, ``large``; the ``large`` entry where the table has none; ``skinny-ragged`` where the
-    table has one and N is not a multiple of the skinny tile's width), or ``thin_config`` for
+    loads, ``skinny``, ``large``; the ``large`` entry where the table has none), or ``thin_config`` for
     a thin class (``sliver``, ``thin``, ``thin-large``).
     (The fast path of ``tileflip.ops`` calls it once per call signature; the checked path per call.)"""
     if shape is None:
@@ -127,18 +126,7 @@ def triton_config(element_size: int, shape: tuple | None = None, row_stride: int
     cls = shape_class(M, N, element_size, row_stride)
     if cls in _THIN_CLASSES:
         return thin_config(M, N)
-    config = _config(element_size, cls)
-    if cls == "skinny" and N % config.block_n:
-        return _ragged(element_size) or config
-    return config
-
-
-@lru_cache(maxsize=8)
-def _ragged(element_size: int) -> TileConfig | None:
-    """The table's ``skinny-ragged`` entry: a skinny shape whose rows are not a whole number of the skinny
-    tile's columns (e.g. int8 217600 x 384 under 128 x 256: every second column of tiles half masked)."""
-    entry = _table()["triton"].get(f"{element_size}:skinny-ragged")
-    return TileConfig(*entry["config"]) if entry else None
+    return _config(element_size, cls)
 
 
 _THIN_CLASSES = frozenset({"sliver", "thin", "thin-large"})  # tiled by thin_config, not by the table
