@@ -252,13 +252,14 @@ ROWS_FLAT_WARPS = 4
 # 0.84 -> 0.89, 0.86 -> 0.90, 0.93 -> 0.96 on the cases above, fp32 (38,17,20,13,14,13) 0.72 -> 0.70.
 VECTOR_RUNS = True
 VECTOR_RUNS_TILE_ALL = False
-# The permute kernels' loads under Triton's evict_last cache policy, as torch.compile's permutes load.
-# Not measurable with tileflip.timing's flush as it is: on the permute suites (H200, 2026-12-01 session 10,
-# experiments/h200-2026-12-01-permute-variants-evict-run*.json and -identical-run15.json) the setting with
-# it measured a median of 0.935 of copy, the identical setting timed right after it 0.928-0.936, and the
-# same setting with no evict_last variant in the run 0.912-0.914: lines loaded with evict_last seem to
-# outlast the 256 MiB flush, so a kernel using it is timed with part of its input in L2. Off.
-PERMUTE_EVICT_LAST = False
+# The permute kernels' loads under Triton's evict_last cache policy, as torch.compile's permutes load: a
+# tile's input lines stay in L2 while the output's stores stream through it, for the neighbouring tiles that
+# read the rest of those lines. On the permute suites (H200, 2026-12-01 session 11 run 5, under
+# tileflip.timing's "l2" flush, experiments/h200-2026-12-01-permute-variants-evict-s11run5.json): median
+# 0.924 -> 0.947 of copy, 33 of 45 cases up by more than half a point (fp32 (23,21,112,32,16) 0.86 -> 0.91,
+# (736,152,224) 0.97 -> 0.99), one down (bf16 (30,360,4608) by (0,2,1), 0.865 -> 0.839). (Under the earlier
+# zero_ flush it could not be measured: a setting timed after it read part of its input from L2.)
+PERMUTE_EVICT_LAST = True
 # Register caps (``maxnreg``) of tile launches whose both sides move 16-byte vectors, by element size
 # (none where absent).
 PERMUTE_MAXNREG: dict = {}
