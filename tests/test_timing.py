@@ -32,7 +32,7 @@ def test_flush_code_for_sm90():
 
 @pytest.mark.gpu
 def test_flush_keeps_other_tensors():
-    """Tensors written just before the flush (dirty in the L2), allocated on both sides of its buffer,
+    """Tensors written just before the flush (dirty in the L2), allocated before and after its buffer,
     read back bit for bit after it: the discard reaches only the flush's own lines."""
     before = torch.randint(-(2**31), 2**31 - 1, (3 << 20,), dtype=torch.int32, device="cuda")
     flush = triton_flush.Flush("cuda", 4 << 20)

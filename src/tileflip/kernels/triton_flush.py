@@ -60,6 +60,8 @@ class Flush:
             raise ValueError(f"nbytes: expected a multiple of {DISCARD_BLOCK * LINE_BYTES}, got {nbytes}")
         self.words = torch.empty(nbytes // 8, dtype=torch.int64, device=device)
         self.bytes = self.words.view(torch.int8)
+        if self.bytes.data_ptr() % LINE_BYTES:  # discard.global.L2 takes whole, aligned 128-byte lines
+            raise RuntimeError(f"the flush buffer is not {LINE_BYTES}-byte aligned")
         self.n_load = nbytes // (LOAD_BLOCK * 8)
         self.n_discard = nbytes // (DISCARD_BLOCK * LINE_BYTES)
         self.sink = torch.empty(max(self.n_load, self.n_discard), dtype=torch.int64, device=device)
