@@ -345,6 +345,10 @@ def _device_activities(prof):
     return sorted(acts, key=lambda a: a[1])
 
 
+# Kernel names of timing's flushes: "Fill" (the zero_ flush), the two kernels of the "l2" flush.
+FLUSH_KERNELS = ("Fill", "load_evict_last_kernel", "discard_kernel")
+
+
 def _profiled(fn, flush, calls: int = 20) -> tuple[float, float, list]:
     """(median launch gap, median duration, kernel names) of ``calls`` calls of ``fn``, each queued behind
     the L2 flush and a spin as in ``timing.device_times``, from the profiler (CUPTI): the gap runs from
@@ -371,7 +375,7 @@ def _profiled(fn, flush, calls: int = 20) -> tuple[float, float, list]:
             continue
         spin_end = acts[i][2]
         j = i + 1
-        while j < len(acts) and "spin" not in acts[j][0] and "Fill" not in acts[j][0]:
+        while j < len(acts) and not any(k in acts[j][0] for k in ("spin", *FLUSH_KERNELS)):
             j += 1
         call = acts[i + 1:j]
         if call:

@@ -1,8 +1,9 @@
 """Experiment: 2-D transposes whose input rows are not a whole number of the table's tiles (the random
-permute suite's ``transpose2d`` cases, e.g. int8 217600 x 384 under a 128 x 256 tile: every second
-column of tiles is half masked). Times the table's configuration against every tuning candidate whose
-block_n divides N (no masked column of tiles), in every order and form the tuning sweep has, each against
-a same-run copy; checks each result's bits (``tileflip.tune._measure``, the tuning sweep's own measurement).
+permute suite's ``transpose2d`` cases, e.g. int8 217600 x 384 under session 10's 128 x 256 skinny tile:
+every second column of tiles half masked; fp32 89600 x 288 under 64 x 64). Times the table's
+configuration against every tuning candidate whose block_n divides N (no masked column of tiles), in
+every order and form the tuning sweep has, each against a same-run copy; checks each result's bits
+(``tileflip.tune._measure``, the tuning sweep's own measurement).
 
 ``python benchmarks/ragged_tiles.py OUT.json`` (GPU). Prints one line per configuration, best first.
 """

@@ -97,6 +97,25 @@ def test_tune_chooses_only_among_configs_measured_on_every_shape_of_a_class():
     assert abs(chosen["fraction_of_copy"] - (0.95 * 0.97) ** (1 / len(shapes))) < 1e-4
 
 
+def test_int8_skinny_is_chosen_over_its_extra_shape_too():
+    """int8 skinny is swept on one more shape than the other sizes' (tune.EXTRA): a configuration measured
+    only on the shared shapes does not compete for it, and does for fp32."""
+    from tileflip import tune
+
+    def row(es, config, shape, fraction):
+        return {"element_size": es, "shape_class": "skinny", "shape": list(shape), "config": list(config),
+                "fraction_of_copy": fraction}  # fmt: skip
+
+    a, b = (64, 128, 8, 0, 1, 0, 0), (128, 256, 8, 1, 1, 0, 0)
+    shared = tune.REPRESENTATIVE["skinny"]
+    extra = [s for s in tune.representative(1, "skinny") if s not in shared]
+    assert extra and tune.representative(4, "skinny") == shared
+    rows = [row(es, a, s, 0.9) for es in (1, 4) for s in shared] + [row(1, a, s, 0.9) for s in extra]
+    rows += [row(es, b, s, 0.99) for es in (1, 4) for s in shared]  # b: never measured on the extra shape
+    table = tune.choose(rows)
+    assert table["1:skinny"]["config"] == list(a) and table["4:skinny"]["config"] == list(b)
+
+
 def test_shape_classes_and_their_tiles():
     """The classes auto and the table are keyed by: launch-bound slivers, thin and tiny shapes (31 x 65 is
     tiny, in the tiny entry's tile), thin-large, unaligned rows (row stride not a multiple of 16),

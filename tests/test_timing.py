@@ -18,6 +18,12 @@ def test_flush_mode_and_size_are_checked():
         timing.flush_fn("cpu", "evict")
     with pytest.raises(ValueError, match="nbytes: expected a multiple of 131072"):
         triton_flush.Flush("cpu", (256 << 20) + 4096)
+    with pytest.raises(ValueError, match="nbytes: expected a multiple of 131072 under"):
+        triton_flush.Flush("cpu", 8 << 30)
+    with pytest.raises(ValueError, match="buffer: expected a contiguous int8 tensor of 131072"):
+        triton_flush.Flush("cpu", 128 << 10, buffer=torch.empty(128 << 10, dtype=torch.uint8))
+    with pytest.raises(ValueError, match="buffer: expected a CUDA tensor"):
+        triton_flush.Flush("cpu", 128 << 10, buffer=torch.empty(128 << 10, dtype=torch.int8))
 
 
 _PTX_PROBE = """
@@ -49,19 +55,27 @@ def test_flush_code_for_sm90():
 
 
 @pytest.mark.gpu
-def test_flush_keeps_other_tensors():
-    """Tensors written just before the flush (dirty in the L2), allocated before and after its buffer,
-    read back bit for bit after it: the discard reaches only the flush's own lines."""
-    before = torch.randint(-(2**31), 2**31 - 1, (3 << 20,), dtype=torch.int32, device="cuda")
-    flush = triton_flush.Flush("cuda", 4 << 20)
-    after = torch.randint(-(2**31), 2**31 - 1, (3 << 20,), dtype=torch.int32, device="cuda")
-    want = before.cpu(), after.cpu()
-    before.add_(1)
-    after.sub_(1)
+def test_flush_keeps_the_bytes_around_its_buffer():
+    """The flush's buffer is the middle of one allocation; the guard bytes on both sides are written just
+    before the flush (dirty in the L2) and read back bit for bit after it: a discard reaching one line past
+    either end of its buffer would lose them."""
+    guard, nbytes = 1 << 20, 4 << 20
+    whole = torch.randint(-128, 128, (guard + nbytes + guard,), dtype=torch.int8, device="cuda")
+    flush = triton_flush.Flush("cuda", nbytes, buffer=whole[guard : guard + nbytes])
+    want = whole.cpu()
+    whole[:guard].add_(1)
+    whole[-guard:].sub_(1)
     flush()
     torch.cuda.synchronize()
-    assert torch.equal(before.cpu(), want[0] + 1) and torch.equal(after.cpu(), want[1] - 1)
-    out = torch.full_like(after, -7)
-    ms = timing.device_times(lambda: out.copy_(after), warmup=1, reps=3)  # the flush before each rep
+    got = whole.cpu()
+    assert torch.equal(got[:guard], want[:guard] + 1) and torch.equal(got[-guard:], want[-guard:] - 1)
+
+
+@pytest.mark.gpu
+def test_device_times_with_the_flush():
+    """device_times runs the flush before each repetition and leaves the call's result in place."""
+    x = torch.randint(-(2**31), 2**31 - 1, (3 << 20,), dtype=torch.int32, device="cuda")
+    out = torch.full_like(x, -7)
+    ms = timing.device_times(lambda: out.copy_(x), warmup=1, reps=3)
     assert len(ms) == 3 and all(m > 0 for m in ms)
-    assert torch.equal(out.cpu(), want[1] - 1)
+    assert torch.equal(out, x)

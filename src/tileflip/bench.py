@@ -252,9 +252,9 @@ def measure(cases: list[Case], backends: list[str], rounds: int, quick: bool, lo
                        ms_p20=c20, ms_p80=c80, gbps=copy_gbps, copy_gbps=copy_gbps, fraction_of_copy=1.0,
                        run=run_id, round=r)  # fmt: skip
             records.append(row)
-            # In a fixed order, the copy between rounds: an op timed right after one whose loads carry
-            # evict_last (torch.compile's) finds part of x still in L2 through the flush (session 10 runs
-            # 12 and 15), so auto stays right after the copy.
+            # In a fixed order, auto right after the copy (under the earlier zero_ flush an op timed right
+            # after one whose loads carry evict_last measured faster, session 10 runs 12 and 15; the "l2"
+            # flush of tileflip.timing empties the L2).
             timed = [(b, *_time(fn, quick)) for b, fn in fns]
             if case.label in xla.get("ms", {}):
                 timed.append(("xla", xla["ms"][case.label], None, None))

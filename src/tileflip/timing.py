@@ -42,6 +42,8 @@ def flush_fn(device, mode: str | None = None):
     if mode not in FLUSH_MODES:
         raise ValueError(f"mode: expected one of {FLUSH_MODES}, got {mode!r}")
     device = torch.device(device)
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
     fn = _flush.get((device, mode))
     if fn is None:
         if mode == "zero":

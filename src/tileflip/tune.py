@@ -19,12 +19,20 @@ from tileflip.bench import Case, _make_input, _meta, _time
 # launch-bound) take tuning.thin_config, derived from the short side, and are not swept.
 REPRESENTATIVE = {
     "large": [(16384, 16384), (8192, 8192)],
-    # a column of tiles spans the short side; 217600 x 384 (int8: the random permute suite's (80,68,40,384)
-    # by (3,0,1,2)) has rows of one and a half 256-wide tiles
-    "skinny": [(256, 65536), (65536, 256), (217600, 384)],
+    "skinny": [(256, 65536), (65536, 256)],  # a column of tiles spans the short side
     "unaligned": [(8192, 8191)],  # rows not 16-aligned: scalar loads
     "tiny": [(1024, 512), (4096, 128), (31, 65)],  # launch-bound: fewer, smaller programs may win
 }
+
+
+# Shapes swept for one element size only: int8 217600 x 384 (the random permute suite's (80,68,40,384) by
+# (3,0,1,2)) has rows of one and a half 256-wide tiles, which the int8 skinny tile has been.
+EXTRA = {(1, "skinny"): [(217600, 384)]}
+
+
+def representative(element_size: int, cls: str) -> list[tuple]:
+    """The shapes a class is swept on for an element size."""
+    return REPRESENTATIVE[cls] + EXTRA.get((element_size, cls), [])
 
 
 def candidates(element_size: int) -> list[tuning.TileConfig]:
@@ -73,10 +81,10 @@ def sweep(element_sizes, log, classes=None) -> list[dict]:
     meta = _meta()
     rows = []
     for es in element_sizes:
-        for cls, shapes in REPRESENTATIVE.items():
+        for cls in REPRESENTATIVE:
             if classes and cls not in classes:
                 continue
-            for shape in shapes:
+            for shape in representative(es, cls):
                 x = _make_input(Case(shape, dtype_of[es]))
                 out = torch.empty(shape[::-1], dtype=x.dtype, device="cuda")
                 src = torch.empty(x.numel() * es, dtype=torch.uint8, device="cuda")
@@ -105,7 +113,7 @@ def choose(rows: list[dict]) -> dict:
             by_config: dict = {}
             for r in mine:
                 by_config.setdefault(tuple(r["config"]), {})[tuple(r["shape"])] = r["fraction_of_copy"]
-            shapes = {tuple(s) for s in REPRESENTATIVE[cls]}
+            shapes = {tuple(s) for s in representative(es, cls)}
             # Only configurations measured on every representative shape of the class compete.
             scored = {c: _geomean(list(v.values())) for c, v in by_config.items() if set(v) == shapes}
             if not scored:

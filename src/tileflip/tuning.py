@@ -55,9 +55,8 @@ DEFAULT_TILES = {
 TINY_BYTES = 4 << 20
 # A side shorter than this makes a shape "thin": a square tile would be mostly masked off.
 THIN_SIDE = 64
-# Under TINY_BYTES a side shorter than this makes a shape thin. From 16 up the 32-wide tiny tiles of the
-# 2-, 4- and 8-byte entries are at least half used (e.g. 31 x 65, 3 tiles); the 1-byte entry's 128 x 32
-# is not (16 x 200000 int8 fills an eighth of each tile), and no suite case covers that.
+# Under TINY_BYTES a side shorter than this makes a shape thin. From 16 up the tiny entries' 32 x 32 tiles
+# (every element size since session 11) are at least half used (e.g. 31 x 65, 3 tiles).
 TINY_THIN_SIDE = 16
 # A large shape with a side shorter than this is "skinny" (e.g. 65536 x 256): a column of tiles spans
 # the whole short side, so it has its own measured tile.

@@ -25,6 +25,7 @@ import triton.language as tl
 LINE_BYTES = 128  # the L2's line: what one discard.global.L2 invalidates
 LOAD_BLOCK = 4096  # int64 words per program of the load: 32 KiB
 DISCARD_BLOCK = 1024  # lines per program of the discard: 128 KiB
+MAX_BYTES = 8 << 30  # the load's word offsets are int32
 
 
 @triton.jit
@@ -36,7 +37,9 @@ def load_evict_last_kernel(buf, sink, n_words, BLOCK: tl.constexpr):
 
 @triton.jit
 def discard_kernel(buf, sink, BLOCK: tl.constexpr):
-    # the grid covers the buffer exactly (Flush checks its size), so no line needs a mask
+    # Lines are 128 bytes of an int8 buffer (a wider element would stride past the buffer's end). The grid
+    # covers the buffer exactly (Flush checks its size), so no line needs a mask.
+    tl.static_assert(buf.dtype.element_ty == tl.int8, "discard_kernel takes an int8 buffer")
     lines = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     ptrs = buf + lines.to(tl.int64) * 128
     done = tl.inline_asm_elementwise(
@@ -51,21 +54,36 @@ def discard_kernel(buf, sink, BLOCK: tl.constexpr):
 
 
 class Flush:
-    """``Flush(device, nbytes)()`` queues the two kernels on the current stream (a multiple of 128 KiB)."""
+    """``Flush(device, nbytes)()`` queues the two kernels on ``device``'s current stream. ``nbytes``: a
+    multiple of 128 KiB under 8 GiB. ``buffer``: an int8 CUDA tensor of ``nbytes`` to flush through
+    instead of a new one (contiguous, 128-byte aligned; its contents are lost), e.g. a slice of a larger
+    allocation in the tests."""
 
-    def __init__(self, device, nbytes: int):
+    def __init__(self, device, nbytes: int, buffer=None):
         import torch
 
-        if nbytes % (LOAD_BLOCK * 8) or nbytes % (DISCARD_BLOCK * LINE_BYTES):
-            raise ValueError(f"nbytes: expected a multiple of {DISCARD_BLOCK * LINE_BYTES}, got {nbytes}")
-        self.words = torch.empty(nbytes // 8, dtype=torch.int64, device=device)
-        self.bytes = self.words.view(torch.int8)
-        if self.bytes.data_ptr() % LINE_BYTES:  # discard.global.L2 takes whole, aligned 128-byte lines
-            raise RuntimeError(f"the flush buffer is not {LINE_BYTES}-byte aligned")
+        if nbytes <= 0 or nbytes >= MAX_BYTES or nbytes % (LOAD_BLOCK * 8) or nbytes % (DISCARD_BLOCK * LINE_BYTES):
+            raise ValueError(f"nbytes: expected a multiple of {DISCARD_BLOCK * LINE_BYTES} under {MAX_BYTES}, "
+                             f"got {nbytes}")  # fmt: skip
+        if buffer is None:
+            buffer = torch.empty(nbytes, dtype=torch.int8, device=device)
+        if buffer.dtype != torch.int8 or buffer.numel() != nbytes or not buffer.is_contiguous():
+            raise ValueError(f"buffer: expected a contiguous int8 tensor of {nbytes} elements, "
+                             f"got {buffer.dtype} {tuple(buffer.shape)}")  # fmt: skip
+        if buffer.device.type != "cuda":
+            raise ValueError(f"buffer: expected a CUDA tensor, got one on {buffer.device}")
+        if buffer.data_ptr() % LINE_BYTES:  # discard.global.L2 takes whole, aligned 128-byte lines
+            raise ValueError(f"buffer: expected a {LINE_BYTES}-byte aligned start")
+        self.device = buffer.device
+        self.bytes = buffer
+        self.words = buffer.view(torch.int64)
         self.n_load = nbytes // (LOAD_BLOCK * 8)
         self.n_discard = nbytes // (DISCARD_BLOCK * LINE_BYTES)
-        self.sink = torch.empty(max(self.n_load, self.n_discard), dtype=torch.int64, device=device)
+        self.sink = torch.empty(max(self.n_load, self.n_discard), dtype=torch.int64, device=self.device)
 
     def __call__(self) -> None:
-        load_evict_last_kernel[(self.n_load,)](self.words, self.sink, self.words.numel(), BLOCK=LOAD_BLOCK)
-        discard_kernel[(self.n_discard,)](self.bytes, self.sink, BLOCK=DISCARD_BLOCK)
+        import torch
+
+        with torch.cuda.device(self.device):
+            load_evict_last_kernel[(self.n_load,)](self.words, self.sink, self.words.numel(), BLOCK=LOAD_BLOCK)
+            discard_kernel[(self.n_discard,)](self.bytes, self.sink, BLOCK=DISCARD_BLOCK)
