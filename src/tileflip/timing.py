@@ -13,11 +13,11 @@ times the host's measured time to enqueue the call (``spin_cycles``). Host time 
 The flush (``FLUSH_MODE``): ``"l2"``, the default, is ``kernels.triton_flush``: a 256 MiB read at
 ``evict_last`` priority, then a discard of its lines, leaving the L2 clean and empty (87 us on an H200).
 ``"zero"`` is a 256 MiB ``zero_`` (83 us; what ``do_bench`` does). It leaves the L2 full of dirty lines,
-which the timed call then writes back: on an H200 (``benchmarks/flush_check.py``, session 11 run 1) a
-256 MiB copy took 129.4 us after it and 126.3 us after ``"l2"``, a 16 MiB copy 12.8 us against 11.2, and
-a 256 MiB read 71.3 us against 63.6. It may also leave lines loaded at ``evict_last`` (the same 256 MiB
-copy took 128.0 us when x had been read that way before the flush); after ``"l2"`` the copy and the read
-took the same time whatever had read x before the flush.
+which the timed call then writes back: on an H200 (``benchmarks/flush_check.py``, session 11 runs 1 and
+7) a 256 MiB copy took 129.4-129.7 us after it and 126.3-126.6 us after ``"l2"``, and a 256 MiB read 71.3-71.6
+against 63.5-63.6 us. It may also leave lines loaded at ``evict_last`` (the same copy took 128.0-128.3 us when x
+had been read that way before the flush). After ``"l2"`` the copy and the read took the same time whatever
+had read x before the flush.
 """
 
 from __future__ import annotations
