@@ -1,16 +1,14 @@
 """The timing harness's L2 flush: its sm_90 code (no GPU needed) and, on a GPU, that it loses no one's data."""
 
-import json
-import os
 import re
-import subprocess
-import sys
 
 import pytest
 import torch
+from helpers import without_interpreter
 
 from tileflip import timing
 from tileflip.kernels import triton_flush
+from tileflip.kernels.triton_layout import compile_launch
 
 
 def test_flush_mode_and_size_are_checked():
@@ -26,32 +24,19 @@ def test_flush_mode_and_size_are_checked():
         triton_flush.Flush("cpu", 128 << 10, buffer=torch.empty(128 << 10, dtype=torch.int8))
 
 
-_PTX_PROBE = """
-import json
-from tileflip.kernels import triton_flush as f
-from tileflip.kernels.triton_layout import compile_launch
-load = compile_launch(f.load_evict_last_kernel, {"buf": None, "sink": None, "n_words": 1 << 25},
-                      {"BLOCK": f.LOAD_BLOCK}, 4, "*i64").asm["ptx"]
-discard = compile_launch(f.discard_kernel, {"buf": None, "sink": None}, {"BLOCK": f.DISCARD_BLOCK}, 4, "*i8").asm["ptx"]
-print(json.dumps({"load": load, "discard": discard}))
-"""
-
-
+@without_interpreter
 def test_flush_code_for_sm90():
     """The load reads 16-byte words with an L2 policy of evict_last over the whole line (fraction 1.0);
-    the discard invalidates 128-byte lines, one per line of the program's 128 KiB (8 per thread of 4 warps).
-    Compiled in a child process without the interpreter, which cannot lower triton's own jit helpers
-    (``tl.sum``)."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    proc = subprocess.run([sys.executable, "-c", _PTX_PROBE], capture_output=True, text=True, env=env, timeout=600,
-                          check=False)  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    ptx = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert re.search(r"createpolicy\.fractional\.L2::evict_last\.b64 %rd\d+, 1\.0;", ptx["load"])
-    loads = re.findall(r"ld\.global\S*", ptx["load"])
+    the discard invalidates 128-byte lines, one per line of the program's 128 KiB (8 per thread of 4 warps)."""
+    load = compile_launch(triton_flush.load_evict_last_kernel, {"buf": None, "sink": None, "n_words": 1 << 25},
+                          {"BLOCK": triton_flush.LOAD_BLOCK}, 4, "*i64").asm["ptx"]  # fmt: skip
+    assert re.search(r"createpolicy\.fractional\.L2::evict_last\.b64 %rd\d+, 1\.0;", load)
+    loads = re.findall(r"ld\.global\S*", load)
     assert loads and all(".L2::cache_hint.v2.b64" in op for op in loads), loads
-    discards = re.findall(r"discard\.global\.L2 \[%rd\d+\], 128;", ptx["discard"])
-    assert len(discards) == triton_flush.DISCARD_BLOCK // 128
+    discard = compile_launch(triton_flush.discard_kernel, {"buf": None, "sink": None},
+                             {"BLOCK": triton_flush.DISCARD_BLOCK}, 4, "*i8").asm["ptx"]  # fmt: skip
+    discards = re.findall(r"discard\.global\.L2 \[%rd\d+\], 128;", discard)
+    assert len(discards) == triton_flush.DISCARD_BLOCK // (4 * 32)
 
 
 @pytest.mark.gpu
