@@ -26,7 +26,8 @@ copy and torch.compile, timed interleaved in one process; and where a small call
   table's tile with ``evict_last`` loads, by events and profiler durations.
 * ``tiny``: the launch-bound cases in torch.compile's kernel form on tileflip's kernel (a 2-D grid,
   ``group_m=-1``), and the sliver cases' gather with ``evict_last`` and a multiply-high division.
-* ``bands``: the >= 256 MiB cases in column order within bands of G tile rows, beside plain column order.
+* ``bands``: the >= 256 MiB cases in column order within bands of G tile columns, beside plain column order.
+* ``strides``: the >= 256 MiB squares with the input, the output or both in buffers of longer rows.
 """
 
 import json
@@ -572,21 +573,80 @@ def tiny(records):
 
 BAND_CASES = [((16384, 16384), d) for d in ("float64", "float32", "int8", "bfloat16")] + [
     ((8192, 8192), "float64"), ((8192, 8191), "float64"), ((8192, 8191), "float32")]  # fmt: skip
-BAND_GROUPS = (0, 8, 16, 32, 64, 128)
+# Session 7 measured row bands (G = 8 ... 128 tile rows) below plain column order on every case; session 12
+# measures bands of tile columns (group_m = -G), and for the 8-byte squares a tile twice as wide.
+BAND_GROUPS = (0, -2, -4, -8, -16)
+WIDE_8B = TileConfig(32, 64, 4, 0, 1, 0, 0, 0)
 
 
 def bands(records):
-    """The >= 256 MiB cases in column order within bands of G tile rows (``group_m`` G > 1: the programs
-    resident at one time read fewer distinct pages of the input) beside plain column order (G = 0), at
-    the table's tile, and torch.compile for the 8-byte cases."""
+    """The >= 256 MiB cases in column order within bands of G tile columns (``group_m`` -G: the programs
+    resident at one time read G tiles' width of each input row they touch, and write a G-tile-high band
+    of output rows) beside plain column order (G = 0, ``-g0``), at the table's tile (and a 32 x 64 tile for
+    the 8-byte squares), with auto and torch.compile."""
     for shape, dtype in BAND_CASES:
         es = torch.empty((), dtype=getattr(torch, dtype)).element_size()
         table = tuning.triton_config(es, shape, shape[1])
         variants = [("auto", lambda x, o: tileflip.transpose(x, o))]
-        for g in BAND_GROUPS:
-            c = table._replace(group_m=g)
-            variants.append((f"{c.block_m}x{c.block_n}w{c.num_warps}o{c.out_tile}-g{g}", tile(c)))
-        run_case(shape, dtype, variants, records, compile_peer=es == 8)
+        tiles = [table] + ([WIDE_8B] if es == 8 and shape[0] == shape[1] else [])
+        for base in tiles:
+            for g in BAND_GROUPS:
+                c = base._replace(group_m=g)
+                variants.append((f"{c.block_m}x{c.block_n}w{c.num_warps}o{c.out_tile}e{c.evict_last}-g{g}", tile(c)))
+        run_case(shape, dtype, variants, records, compile_peer=True)
+        torch.cuda.empty_cache()
+
+
+STRIDE_CASES = [((16384, 16384), "float64"), ((8192, 8192), "float64"), ((16384, 16384), "float32")]
+STRIDE_PADS = (16, 256)  # elements added to a row stride
+
+
+def strides(records):
+    """Whether the power-of-two row strides limit the >= 256 MiB squares (every backend stops near 91-94% on
+    fp64 16384^2, whose rows are 128 KiB): the table's tile on the input, the output or both held in a
+    buffer whose rows are STRIDE_PADS elements longer (the same elements moved), beside the contiguous
+    call, torch.compile on each input, and the copy of the same byte count, interleaved."""
+    for shape, dtype in STRIDE_CASES:
+        M, N = shape
+        es = torch.empty((), dtype=getattr(torch, dtype)).element_size()
+        config = tuning.triton_config(es, shape, N)
+        x = bench._make_input(bench.Case(shape, dtype))
+        ref = x.t().contiguous()
+        out = torch.empty_like(ref)
+        src, dst = torch.empty_like(ref), torch.empty_like(ref)
+        fns, exact = {"copy": lambda dst=dst, src=src: dst.copy_(src)}, {}
+        inputs, outputs = {"c": x}, {"c": out}
+        for pad in STRIDE_PADS:
+            inputs[f"p{pad}"] = torch.empty((M, N + pad), dtype=x.dtype, device="cuda")[:, :N]
+            inputs[f"p{pad}"].copy_(x)
+            outputs[f"p{pad}"] = torch.empty((N, M + pad), dtype=x.dtype, device="cuda")[:, :M]
+        for (ik, xi), (ok, oi) in [(a, b) for a in inputs.items() for b in outputs.items()]:
+            if ik != "c" and ok != "c" and ik != ok:
+                continue
+            name = f"in-{ik}-out-{ok}"
+            oi.fill_(0)
+            triton_transpose.launch(xi, oi, config)
+            exact[name] = torch.equal(bits(oi), bits(ref))
+            fns[name] = lambda xi=xi, oi=oi: triton_transpose.launch(xi, oi, config)
+        for ik, xi in inputs.items():
+            torch._dynamo.reset()
+            compiled = torch.compile(lambda t: t.t().contiguous(), dynamic=False)
+            exact[f"torch-compile-in-{ik}"] = torch.equal(bits(compiled(xi)), bits(ref))
+            fns[f"torch-compile-in-{ik}"] = lambda c=compiled, xi=xi: c(xi)
+        times = {name: [] for name in fns}
+        for _ in range(3):
+            for name, fn in fns.items():
+                times[name].append(timing.summarize(timing.device_times(fn, reps=20))[0])
+        copy_ms = statistics.median(times["copy"])
+        line = [f"{dtype:9s} {M}x{N}"]
+        for name in fns:
+            ms = statistics.median(times[name])
+            records.append({"section": "strides", "shape": list(shape), "dtype": dtype, "variant": name, "ms": ms,
+                            "ms_rounds": times[name], "copy_ms": copy_ms, "fraction_of_copy": copy_ms / ms,
+                            "config": list(config), "exact": exact.get(name, True)})  # fmt: skip
+            line.append(f"{name}={copy_ms / ms:.3f}{'' if exact.get(name, True) else '!'}")
+        print(" ".join(line), flush=True)
+        del x, ref, out, src, dst, inputs, outputs, fns
         torch.cuda.empty_cache()
 
 
@@ -645,8 +705,8 @@ def main(out_path, sections):
     records = []
     for s in sections:
         {"large": large, "small": small, "host": host, "fewwarps": fewwarps, "forms": forms, "spin": spin,
-         "launchers": launchers, "packed": packed, "profile": profile, "bands": bands, "evict": evict,
-         "tiny": tiny}[s](records)
+         "launchers": launchers, "packed": packed, "profile": profile, "bands": bands, "strides": strides,
+         "evict": evict, "tiny": tiny}[s](records)
         json.dump({"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
                    "records": records}, open(out_path, "w"), indent=1)  # fmt: skip
 

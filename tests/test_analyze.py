@@ -396,15 +396,17 @@ def test_measure_refuses_without_a_gpu():
     assert az.cli(["--measure", "--shape", "256x256"]) == 2
 
 
-def test_column_order_reaches_the_model():
-    """group_m=0 (column order, the committed table's usual order) is modelled as column order, not
-    quietly as row order: the analyzer's grid decodes programs the way the planner does."""
-    variant = az._build_variant("triton", 256, 512, 4, threads=None, block=(64, 64), num_warps=8, strides=None,
-                                out_strides=None, layouts=None, group_m=0)  # fmt: skip
-    assert variant.grid.group_m == 0
-    grid = transpose_grid(256, 512, 64, 64, 0)
+@pytest.mark.parametrize("group_m", [0, 3, -3])
+def test_column_order_reaches_the_model(group_m):
+    """group_m=0 (column order, the committed table's usual order), bands of tile rows (3) and of tile
+    columns (-3) are modelled as such, not quietly as row order: the analyzer's grid decodes programs the
+    way the planner does, and ``pid_of`` inverts it (7 x 10 tiles: the last bands are partial)."""
+    variant = az._build_variant("triton", 448, 640, 4, threads=None, block=(64, 64), num_warps=8, strides=None,
+                                out_strides=None, layouts=None, group_m=group_m)  # fmt: skip
+    assert variant.grid.group_m == group_m
+    grid = transpose_grid(448, 640, 64, 64, group_m)
     pm, pn = variant.tiles(np.arange(grid.programs))
     assert [(int(m), int(n)) for m, n in zip(pm, pn)] == [grid.tile_of(p) for p in range(grid.programs)]
     assert variant.pid_of(pm, pn).tolist() == list(range(grid.programs))
-    report = az.analyze("triton", (256, 512), "float32", block=(64, 64), num_warps=8, group_m=0)
+    report = az.analyze("triton", (448, 640), "float32", block=(64, 64), num_warps=8, group_m=group_m)
     assert 0 < report.predicted_fraction_of_copy <= 1.0

@@ -283,6 +283,16 @@ def test_block_m_not_a_multiple_of_4_is_refused(device):
         kernels.launch(x, y, y_t, None, 1.0, E4M3, TileConfig(6, 16, 1))
 
 
+@pytest.mark.parametrize("group_m", [-1, -2])
+def test_column_band_orders_are_refused(group_m):
+    """The cast kernel decodes row, column and row-band orders only: the 2-D transpose's other orders are
+    refused by name, not run in a wrong order."""
+    x = torch.ones(8, 8)
+    y, y_t = torch.empty(8, 8, dtype=E4M3), torch.empty(8, 8, dtype=E4M3)
+    with pytest.raises(ValueError, match="config.group_m must be >= 0"):
+        kernels.launch(x, y, y_t, None, 1.0, E4M3, TileConfig(16, 16, 1, group_m))
+
+
 # --------------------------------------------------------------------------------------------------
 # Public API: flags, amax, empty tensors
 # --------------------------------------------------------------------------------------------------

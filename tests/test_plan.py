@@ -136,8 +136,8 @@ def test_planner_imports_no_triton_or_torch():
     assert out.strip() == "False"
 
 
-@pytest.mark.parametrize("group_m", [-1, 0, 1, 2, 3, 8])
-@pytest.mark.parametrize("M,N", [(31, 65), (200, 70), (1000, 33)])
+@pytest.mark.parametrize("group_m", [-4, -2, -1, 0, 1, 2, 3, 8])
+@pytest.mark.parametrize("M,N", [(31, 65), (200, 70), (1000, 33), (50, 300)])
 def test_grouped_order_visits_every_tile_once(M, N, group_m):
     grid = plan.transpose_grid(M, N, 16, 32, group_m)
     tiles = [grid.tile_of(pid) for pid in range(grid.programs)]
@@ -145,6 +145,12 @@ def test_grouped_order_visits_every_tile_once(M, N, group_m):
     if group_m > 1 and grid.grid_m >= group_m:
         # consecutive programs go down a band of group_m tile rows before moving right
         assert [t[0] for t in tiles[:group_m]] == list(range(group_m))
+    if group_m < -1:
+        # column bands: across the band's first tile row, then down; the last band may be narrower
+        g = min(-group_m, grid.grid_n)
+        assert tiles[: g + 1] == [(0, n) for n in range(g)] + [(1 % grid.grid_m, 0 if grid.grid_m > 1 else g)]
+        last = grid.grid_n - (grid.grid_n - 1) // -group_m * -group_m
+        assert tiles[-last:] == [(grid.grid_m - 1, grid.grid_n - last + n) for n in range(last)]
     if group_m in (0, -1):
         # column order: a whole column of tiles, then the next
         assert tiles[: grid.grid_m + 1] == [(m, 0) for m in range(grid.grid_m)] + [(0, 1)]
@@ -160,9 +166,10 @@ def test_two_d_grid_falls_back_to_one_d_past_grid_y():
     assert plan.transpose_grid(64, 16 * 65535, 32, 16, -1).launch == (2, 65535, 1)
 
 
-def test_group_m_must_be_at_least_minus_one():
-    with pytest.raises(ValueError, match="group_m must be an int >= -1"):
-        plan.transpose_grid(64, 64, 16, 16, -2)
+@pytest.mark.parametrize("group_m", [2.0, "0", None, True])
+def test_group_m_must_be_an_int(group_m):
+    with pytest.raises(ValueError, match="group_m must be an int"):
+        plan.transpose_grid(64, 64, 16, 16, group_m)
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -418,6 +418,10 @@ class _Variant:
             return pid_m * g.grid_n + pid_n
         if g.group_m in (0, -1):
             return pid_n * g.grid_m + pid_m
+        if g.group_m < -1:
+            first_n = (pid_n // -g.group_m) * -g.group_m
+            cols = np.minimum(g.grid_n - first_n, -g.group_m)
+            return first_n * g.grid_m + pid_m * cols + (pid_n - first_n)
         first_m = (pid_m // g.group_m) * g.group_m
         rows = np.minimum(g.grid_m - first_m, g.group_m)
         return first_m * g.grid_n + pid_n * rows + (pid_m - first_m)

@@ -124,7 +124,10 @@ class TransposeGrid:
     down a column of input tiles and write consecutive rows of the output. ``group_m == -1`` is the same
     order on a 2-D grid (grid_m x grid_n, x fastest: the kernel reads its tile from the program ids, no
     decoding), as torch.compile launches its transposes; where grid_n passes gridDim.y's limit the
-    launcher falls back to ``group_m == 0``.
+    launcher falls back to ``group_m == 0``. ``group_m = -G < -1`` is column order within bands of G tile
+    columns: consecutive programs walk across a band's G tiles of one tile row, then down to the next
+    tile row, so the programs resident at one time read G tiles' width of each input row they touch and
+    write a G-tile-high band of output rows.
     """
 
     M: int
@@ -154,6 +157,13 @@ class TransposeGrid:
         if self.group_m in (0, -1):  # -1: the same order, read from a 2-D grid's (x, y)
             pid_n, pid_m = divmod(pid, self.grid_m)
             return pid_m, pid_n
+        if self.group_m < -1:
+            cols_per_band = -self.group_m
+            band = cols_per_band * self.grid_m
+            first_n = (pid // band) * cols_per_band
+            cols = min(self.grid_n - first_n, cols_per_band)
+            within = pid % band
+            return within // cols, first_n + within % cols
         band = self.group_m * self.grid_n
         first_m = (pid // band) * self.group_m
         rows = min(self.grid_m - first_m, self.group_m)
@@ -166,8 +176,11 @@ def transpose_grid(M, N, block_m: int, block_n: int, group_m: int = 1) -> Transp
     for name, block in (("block_m", block_m), ("block_n", block_n)):
         if type(block) is not int or block <= 0:
             raise ValueError(f"{name} must be a positive int, got {block!r}")
-    if type(group_m) is not int or group_m < -1:
-        raise ValueError(f"group_m must be an int >= -1 (0: column order, -1: the same on a 2-D grid), got {group_m!r}")
+    if type(group_m) is not int:
+        raise ValueError(
+            f"group_m must be an int (1: row order, G > 1: bands of G tile rows, 0: column order, -1: the same "
+            f"on a 2-D grid, -G < -1: column order in bands of G tile columns), got {group_m!r}"
+        )
     grid = TransposeGrid(M, N, block_m, block_n, cdiv(M, block_m), cdiv(N, block_n), group_m)
     if isinstance(grid.programs, int) and grid.programs > MAX_GRID_X:
         raise ValueError(

@@ -343,6 +343,8 @@ def launch(x, y, y_t, partials, scale, dtype, config: TileConfig | None = None, 
     config = config or tile_config(x.element_size())
     if config.block_m % 4:
         raise ValueError(f"config.block_m must be a multiple of 4 (rows are handled in fours), got {config.block_m}")
+    if config.group_m < 0:
+        raise ValueError(f"config.group_m must be >= 0 (row, column or row-band order), got {config.group_m}")
     if hw_cvt is None:
         hw_cvt = uses_hw_cvt(x.device)
     elif hw_cvt and not (x.is_cuda and _has_hw_cvt(x.device.index)):

@@ -90,6 +90,16 @@ def _transpose_tile(
         # launcher uses it only where grid_n fits gridDim.y).
         pid_m = pid
         pid_n = pid_y
+    elif GROUP_M < -1:
+        # Column order within bands of -GROUP_M tile columns: consecutive programs walk across a band's
+        # tiles of one tile row, then down to the next, so the programs resident at one time read
+        # -GROUP_M tiles' width of each input row they touch.
+        band = -GROUP_M * grid_m
+        first_n = (pid // band) * -GROUP_M
+        cols = tl.minimum(grid_n - first_n, -GROUP_M)
+        within = pid % band
+        pid_n = first_n + within % cols
+        pid_m = within // cols
     else:
         band = GROUP_M * grid_n
         first_m = (pid // band) * GROUP_M
