@@ -26,7 +26,7 @@ copy and torch.compile, timed interleaved in one process; and where a small call
   table's tile with ``evict_last`` loads, by events and profiler durations.
 * ``tiny``: the launch-bound cases in torch.compile's kernel form on tileflip's kernel (a 2-D grid,
   ``group_m=-1``), and the sliver cases' gather with ``evict_last`` and a multiply-high division.
-* ``bands``: the >= 256 MiB cases in column order within bands of G tile columns, beside plain column order.
+* ``bands``: the >= 256 MiB cases in skewed column orders, beside plain column order.
 * ``strides``: the >= 256 MiB squares with the input, the output or both in buffers of longer rows.
 """
 
@@ -574,25 +574,23 @@ def tiny(records):
 BAND_CASES = [((16384, 16384), d) for d in ("float64", "float32", "int8", "bfloat16")] + [
     ((8192, 8192), "float64"), ((8192, 8191), "float64"), ((8192, 8191), "float32")]  # fmt: skip
 # Session 7 measured row bands (G = 8 ... 128 tile rows) below plain column order on every case; session 12
-# measures bands of tile columns (group_m = -G), and for the 8-byte squares a tile twice as wide.
-BAND_GROUPS = (0, -2, -4, -8, -16)
-WIDE_8B = TileConfig(32, 64, 4, 0, 1, 0, 0, 0)
+# run 1 measured bands of G = 2 ... 16 tile columns (commit c0d8601), none above it. Now: column order skewed
+# by one tile column every S tile rows (group_m = -1 - S; S = 1 is the diagonal order).
+SKEWS = (1, 2, 4, 8, 32)
 
 
 def bands(records):
-    """The >= 256 MiB cases in column order within bands of G tile columns (``group_m`` -G: the programs
-    resident at one time read G tiles' width of each input row they touch, and write a G-tile-high band
-    of output rows) beside plain column order (G = 0, ``-g0``), at the table's tile (and a 32 x 64 tile for
-    the 8-byte squares), with auto and torch.compile."""
+    """The >= 256 MiB cases in column order skewed by a tile column every S tile rows (``group_m`` -1 - S:
+    the programs resident at one time read different columns of the input rows they touch, where plain
+    column order reads one column band of rows a power of two apart) beside plain column order
+    (``-g0``), at the table's tile, with auto and torch.compile."""
     for shape, dtype in BAND_CASES:
         es = torch.empty((), dtype=getattr(torch, dtype)).element_size()
         table = tuning.triton_config(es, shape, shape[1])
         variants = [("auto", lambda x, o: tileflip.transpose(x, o))]
-        tiles = [table] + ([WIDE_8B] if es == 8 and shape[0] == shape[1] else [])
-        for base in tiles:
-            for g in BAND_GROUPS:
-                c = base._replace(group_m=g)
-                variants.append((f"{c.block_m}x{c.block_n}w{c.num_warps}o{c.out_tile}e{c.evict_last}-g{g}", tile(c)))
+        for g in (0,) + tuple(-1 - s for s in SKEWS):
+            c = table._replace(group_m=g)
+            variants.append((f"{c.block_m}x{c.block_n}w{c.num_warps}o{c.out_tile}e{c.evict_last}-g{g}", tile(c)))
         run_case(shape, dtype, variants, records, compile_peer=True)
         torch.cuda.empty_cache()
 

@@ -281,8 +281,8 @@ def test_past_int32_elements(backend):
 @pytest.mark.parametrize("group_m", [-3, -2, -1, 0, 1, 3, 8])
 def test_program_orders(group_m, device, backend):
     """Every program order of the kernel (columns of tiles on a 2-D or a 1-D grid, rows of tiles, bands
-    of group_m tile rows, or bands of -group_m tile columns; 7 x 3 tiles, so the last bands are partial)
-    is exact."""
+    of group_m tile rows, or columns skewed by a tile column every -1 - group_m tile rows; 7 x 3 tiles,
+    so the last row band is partial and the skew wraps) is exact."""
     from tileflip.kernels import triton_transpose
     from tileflip.tuning import TileConfig
 

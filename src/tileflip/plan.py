@@ -124,10 +124,10 @@ class TransposeGrid:
     down a column of input tiles and write consecutive rows of the output. ``group_m == -1`` is the same
     order on a 2-D grid (grid_m x grid_n, x fastest: the kernel reads its tile from the program ids, no
     decoding), as torch.compile launches its transposes; where grid_n passes gridDim.y's limit the
-    launcher falls back to ``group_m == 0``. ``group_m = -G < -1`` is column order within bands of G tile
-    columns: consecutive programs walk across a band's G tiles of one tile row, then down to the next
-    tile row, so the programs resident at one time read G tiles' width of each input row they touch and
-    write a G-tile-high band of output rows.
+    launcher falls back to ``group_m == 0``. ``group_m = -1 - S < -1`` is column order skewed by one tile
+    column every S tile rows: tile ``(m, (pid // grid_m + m // S) % grid_n)`` with ``m = pid % grid_m``
+    (S = 1: the diagonal order), so the programs resident at one time read different columns of the rows
+    they touch.
     """
 
     M: int
@@ -150,6 +150,11 @@ class TransposeGrid:
             return (self.grid_m, self.grid_n, 1)
         return (self.programs, 1, 1)
 
+    @property
+    def skew(self) -> int:
+        """Tile rows per one-column shift of the skewed column order (``group_m < -1``); 0 otherwise."""
+        return -1 - self.group_m if self.group_m < -1 else 0
+
     def tile_of(self, pid: int) -> tuple[int, int]:
         """The (pid_m, pid_n) tile a linear program id handles (the kernels' own decoding)."""
         if self.group_m == 1:
@@ -158,12 +163,8 @@ class TransposeGrid:
             pid_n, pid_m = divmod(pid, self.grid_m)
             return pid_m, pid_n
         if self.group_m < -1:
-            cols_per_band = -self.group_m
-            band = cols_per_band * self.grid_m
-            first_n = (pid // band) * cols_per_band
-            cols = min(self.grid_n - first_n, cols_per_band)
-            within = pid % band
-            return within // cols, first_n + within % cols
+            pid_m = pid % self.grid_m
+            return pid_m, (pid // self.grid_m + pid_m // self.skew) % self.grid_n
         band = self.group_m * self.grid_n
         first_m = (pid // band) * self.group_m
         rows = min(self.grid_m - first_m, self.group_m)
@@ -179,7 +180,7 @@ def transpose_grid(M, N, block_m: int, block_n: int, group_m: int = 1) -> Transp
     if type(group_m) is not int:
         raise ValueError(
             f"group_m must be an int (1: row order, G > 1: bands of G tile rows, 0: column order, -1: the same "
-            f"on a 2-D grid, -G < -1: column order in bands of G tile columns), got {group_m!r}"
+            f"on a 2-D grid, -1 - S < -1: column order skewed by a tile column every S tile rows), got {group_m!r}"
         )
     grid = TransposeGrid(M, N, block_m, block_n, cdiv(M, block_m), cdiv(N, block_n), group_m)
     if isinstance(grid.programs, int) and grid.programs > MAX_GRID_X:

@@ -91,15 +91,11 @@ def _transpose_tile(
         pid_m = pid
         pid_n = pid_y
     elif GROUP_M < -1:
-        # Column order within bands of -GROUP_M tile columns: consecutive programs walk across a band's
-        # tiles of one tile row, then down to the next, so the programs resident at one time read
-        # -GROUP_M tiles' width of each input row they touch.
-        band = -GROUP_M * grid_m
-        first_n = (pid // band) * -GROUP_M
-        cols = tl.minimum(grid_n - first_n, -GROUP_M)
-        within = pid % band
-        pid_n = first_n + within % cols
-        pid_m = within // cols
+        # Skewed column order: column order, each tile row shifted by one tile column every S = -1 - GROUP_M
+        # tile rows (S = 1: the diagonal order), so the programs resident at one time read different
+        # columns of the input rows they touch, not one column band of rows a power of two apart.
+        pid_m = pid % grid_m
+        pid_n = (pid // grid_m + pid_m // (-1 - GROUP_M)) % grid_n
     else:
         band = GROUP_M * grid_n
         first_m = (pid // band) * GROUP_M
