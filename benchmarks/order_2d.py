@@ -26,7 +26,7 @@ copy and torch.compile, timed interleaved in one process; and where a small call
   table's tile with ``evict_last`` loads, by events and profiler durations.
 * ``tiny``: the launch-bound cases in torch.compile's kernel form on tileflip's kernel (a 2-D grid,
   ``group_m=-1``), and the sliver cases' gather with ``evict_last`` and a multiply-high division.
-* ``bands``: the >= 256 MiB cases in skewed column orders, beside plain column order.
+* ``bands``: the >= 256 MiB cases in column order within bands of G tile rows, beside plain column order.
 * ``strides``: the >= 256 MiB squares with the input, the output or both in buffers of longer rows.
 """
 
@@ -573,22 +573,23 @@ def tiny(records):
 
 BAND_CASES = [((16384, 16384), d) for d in ("float64", "float32", "int8", "bfloat16")] + [
     ((8192, 8192), "float64"), ((8192, 8191), "float64"), ((8192, 8191), "float32")]  # fmt: skip
-# Session 7 measured row bands (G = 8 ... 128 tile rows) below plain column order on every case; session 12
-# run 1 measured bands of G = 2 ... 16 tile columns (commit c0d8601), none above it. Now: column order skewed
-# by one tile column every S tile rows (group_m = -1 - S; S = 1 is the diagonal order).
-SKEWS = (1, 2, 4, 8, 32)
+# Row bands (G = 8 ... 128 tile rows) measured below plain column order on every case in session 7. Session
+# 12 measured the other orders the 2-D kernel then had for it, and none reached column order: run 1 bands of
+# G = 2 ... 16 tile columns (commit c0d8601, experiments/h200-2026-12-01-order-2d-column-bands-s12run1.json),
+# run 3 column order skewed by a tile column every 1 ... 32 tile rows, the diagonal order at 1 (commit
+# 3789ab9, experiments/h200-2026-12-01-order-2d-skews-s12run3.json); they were removed from the kernel.
+BAND_GROUPS = (0, 8, 16, 32, 64, 128)
 
 
 def bands(records):
-    """The >= 256 MiB cases in column order skewed by a tile column every S tile rows (``group_m`` -1 - S:
-    the programs resident at one time read different columns of the input rows they touch, where plain
-    column order reads one column band of rows a power of two apart) beside plain column order
-    (``-g0``), at the table's tile, with auto and torch.compile."""
+    """The >= 256 MiB cases in column order within bands of G tile rows (``group_m`` G > 1: the programs
+    resident at one time read fewer distinct pages of the input) beside plain column order (G = 0), at
+    the table's tile, and torch.compile."""
     for shape, dtype in BAND_CASES:
         es = torch.empty((), dtype=getattr(torch, dtype)).element_size()
         table = tuning.triton_config(es, shape, shape[1])
         variants = [("auto", lambda x, o: tileflip.transpose(x, o))]
-        for g in (0,) + tuple(-1 - s for s in SKEWS):
+        for g in BAND_GROUPS:
             c = table._replace(group_m=g)
             variants.append((f"{c.block_m}x{c.block_n}w{c.num_warps}o{c.out_tile}e{c.evict_last}-g{g}", tile(c)))
         run_case(shape, dtype, variants, records, compile_peer=True)

@@ -136,7 +136,7 @@ def test_planner_imports_no_triton_or_torch():
     assert out.strip() == "False"
 
 
-@pytest.mark.parametrize("group_m", [-9, -3, -2, -1, 0, 1, 2, 3, 8])
+@pytest.mark.parametrize("group_m", [-1, 0, 1, 2, 3, 8])
 @pytest.mark.parametrize("M,N", [(31, 65), (200, 70), (1000, 33), (50, 300)])
 def test_grouped_order_visits_every_tile_once(M, N, group_m):
     grid = plan.transpose_grid(M, N, 16, 32, group_m)
@@ -145,12 +145,6 @@ def test_grouped_order_visits_every_tile_once(M, N, group_m):
     if group_m > 1 and grid.grid_m >= group_m:
         # consecutive programs go down a band of group_m tile rows before moving right
         assert [t[0] for t in tiles[:group_m]] == list(range(group_m))
-    if group_m < -1:
-        # skewed column order: down a column of tiles, each tile row shifted by one column every S rows
-        skew = -1 - group_m
-        assert grid.skew == skew
-        assert tiles[: grid.grid_m] == [(m, (m // skew) % grid.grid_n) for m in range(grid.grid_m)]
-        assert tiles[grid.grid_m] == (0, 1 % grid.grid_n)
     if group_m in (0, -1):
         # column order: a whole column of tiles, then the next
         assert tiles[: grid.grid_m + 1] == [(m, 0) for m in range(grid.grid_m)] + [(0, 1)]
@@ -166,10 +160,9 @@ def test_two_d_grid_falls_back_to_one_d_past_grid_y():
     assert plan.transpose_grid(64, 16 * 65535, 32, 16, -1).launch == (2, 65535, 1)
 
 
-@pytest.mark.parametrize("group_m", [2.0, "0", None, True])
-def test_group_m_must_be_an_int(group_m):
-    with pytest.raises(ValueError, match="group_m must be an int"):
-        plan.transpose_grid(64, 64, 16, 16, group_m)
+def test_group_m_must_be_at_least_minus_one():
+    with pytest.raises(ValueError, match="group_m must be an int >= -1"):
+        plan.transpose_grid(64, 64, 16, 16, -2)
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -278,11 +278,10 @@ def test_past_int32_elements(backend):
 
 
 @pytest.mark.parametrize("device,backend", device_backends(gpu=("triton",)))
-@pytest.mark.parametrize("group_m", [-3, -2, -1, 0, 1, 3, 8])
+@pytest.mark.parametrize("group_m", [-1, 0, 1, 3, 8])
 def test_program_orders(group_m, device, backend):
-    """Every program order of the kernel (columns of tiles on a 2-D or a 1-D grid, rows of tiles, bands
-    of group_m tile rows, or columns skewed by a tile column every -1 - group_m tile rows; 7 x 3 tiles,
-    so the last row band is partial and the skew wraps) is exact."""
+    """Every program order of the kernel (columns of tiles on a 2-D or a 1-D grid, rows of tiles, or bands
+    of group_m tile rows) is exact."""
     from tileflip.kernels import triton_transpose
     from tileflip.tuning import TileConfig
 
@@ -293,7 +292,7 @@ def test_program_orders(group_m, device, backend):
 
 
 @pytest.mark.parametrize("device,backend", device_backends(gpu=("triton",)))
-@pytest.mark.parametrize("group_m", [-2, -1, 0, 1, 3])
+@pytest.mark.parametrize("group_m", [-1, 0, 1, 3])
 @pytest.mark.parametrize("programs", [1, 3, 7, 1000])
 def test_looped_launch(programs, group_m, device, backend):
     """``launch_looped``: a grid of fewer programs than tiles, each looping over its share (the distributed

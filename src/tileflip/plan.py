@@ -124,10 +124,7 @@ class TransposeGrid:
     down a column of input tiles and write consecutive rows of the output. ``group_m == -1`` is the same
     order on a 2-D grid (grid_m x grid_n, x fastest: the kernel reads its tile from the program ids, no
     decoding), as torch.compile launches its transposes; where grid_n passes gridDim.y's limit the
-    launcher falls back to ``group_m == 0``. ``group_m = -1 - S < -1`` is column order skewed by one tile
-    column every S tile rows: tile ``(m, (pid // grid_m + m // S) % grid_n)`` with ``m = pid % grid_m``
-    (S = 1: the diagonal order), so the programs resident at one time read different columns of the rows
-    they touch.
+    launcher falls back to ``group_m == 0``.
     """
 
     M: int
@@ -150,11 +147,6 @@ class TransposeGrid:
             return (self.grid_m, self.grid_n, 1)
         return (self.programs, 1, 1)
 
-    @property
-    def skew(self) -> int:
-        """Tile rows per one-column shift of the skewed column order (``group_m < -1``); 0 otherwise."""
-        return -1 - self.group_m if self.group_m < -1 else 0
-
     def tile_of(self, pid: int) -> tuple[int, int]:
         """The (pid_m, pid_n) tile a linear program id handles (the kernels' own decoding)."""
         if self.group_m == 1:
@@ -162,9 +154,6 @@ class TransposeGrid:
         if self.group_m in (0, -1):  # -1: the same order, read from a 2-D grid's (x, y)
             pid_n, pid_m = divmod(pid, self.grid_m)
             return pid_m, pid_n
-        if self.group_m < -1:
-            pid_m = pid % self.grid_m
-            return pid_m, (pid // self.grid_m + pid_m // self.skew) % self.grid_n
         band = self.group_m * self.grid_n
         first_m = (pid // band) * self.group_m
         rows = min(self.grid_m - first_m, self.group_m)
@@ -177,11 +166,8 @@ def transpose_grid(M, N, block_m: int, block_n: int, group_m: int = 1) -> Transp
     for name, block in (("block_m", block_m), ("block_n", block_n)):
         if type(block) is not int or block <= 0:
             raise ValueError(f"{name} must be a positive int, got {block!r}")
-    if type(group_m) is not int:
-        raise ValueError(
-            f"group_m must be an int (1: row order, G > 1: bands of G tile rows, 0: column order, -1: the same "
-            f"on a 2-D grid, -1 - S < -1: column order skewed by a tile column every S tile rows), got {group_m!r}"
-        )
+    if type(group_m) is not int or group_m < -1:
+        raise ValueError(f"group_m must be an int >= -1 (0: column order, -1: the same on a 2-D grid), got {group_m!r}")
     grid = TransposeGrid(M, N, block_m, block_n, cdiv(M, block_m), cdiv(N, block_n), group_m)
     if isinstance(grid.programs, int) and grid.programs > MAX_GRID_X:
         raise ValueError(

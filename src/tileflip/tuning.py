@@ -25,8 +25,7 @@ TABLE_FILE = Path(__file__).with_name("data") / "tuning-h200.json"
 
 class TileConfig(NamedTuple):
     """A Triton tile: BLOCK_M x BLOCK_N elements, ``num_warps``, the program order ``group_m`` (0 walks
-    columns of tiles; 1 walks rows of tiles; G > 1 walks bands of G tile rows; -1 is column order on a 2-D
-    grid; -1 - S skews column order by a tile column every S tile rows: ``plan.TransposeGrid``), ``interior`` (1:
+    columns of tiles; 1 walks rows of tiles; G > 1 walks bands of G tile rows), ``interior`` (1:
     interior tiles take an unmasked branch, at the price of the registers of two code paths; 0: every
     tile is masked),
     ``maxnreg`` (a cap on registers per thread passed to the compiler, 0 for none; a kernel that

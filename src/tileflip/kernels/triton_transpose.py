@@ -90,12 +90,6 @@ def _transpose_tile(
         # launcher uses it only where grid_n fits gridDim.y).
         pid_m = pid
         pid_n = pid_y
-    elif GROUP_M < -1:
-        # Skewed column order: column order, each tile row shifted by one tile column every S = -1 - GROUP_M
-        # tile rows (S = 1: the diagonal order), so the programs resident at one time read different
-        # columns of the input rows they touch, not one column band of rows a power of two apart.
-        pid_m = pid % grid_m
-        pid_n = (pid // grid_m + pid_m // (-1 - GROUP_M)) % grid_n
     else:
         band = GROUP_M * grid_n
         first_m = (pid // band) * GROUP_M
