@@ -47,6 +47,7 @@ for step in "$@"; do
     bench-permute-random) run bench-permute-random 300 python3 -m tileflip.cli bench --suite permute-random --quick --out "$OUT" ;;
     bench-cast-tiles) run bench-cast-tiles 300 python3 -m tileflip.cli bench --suite cast --quick --out "$OUT" \
                         --tiles "${CAST_TILES:-128x128w8g4,128x128w8-atomic,128x128w16g4-atomic,128x128w8g4-i64-atomic}" ;;
+    permute-ncu) run permute-ncu 300 python3 benchmarks/permute_ncu.py "$OUT/permute-ncu.json" ${PERMUTE_NCU_CASES:-} ;;
     cast-ncu) run cast-ncu 240 python3 benchmarks/cast_ncu.py 8192 28672 ${CAST_NCU:-128x128w8g4-atomic 128x128w8g4} ;;
     order-2d) run order-2d 560 python3 benchmarks/order_2d.py "$OUT/order-2d.json" ${ORDER_SECTIONS:-large small host} ;;
     maxnreg) run maxnreg 400 python3 benchmarks/maxnreg.py "$OUT/maxnreg.json" --quick ;;

@@ -1,6 +1,7 @@
 """tileflip.permute: exact bits for any rank, permutation and strides; each plan kind exercised."""
 
 import random
+import re
 
 import pytest
 import torch
@@ -257,7 +258,7 @@ def test_offset_bounds_cover_every_offset_the_kernel_forms():
     """The planner's bound on the tile kernel's offsets (which picks int32 offsets below 2**31) is at
     least the largest offset the kernel computes, masked tail lanes included: the kernel's decode run
     over every linear index of the padded grid, on both sides, from the kernel's own arguments."""
-    from tileflip.kernels.triton_permute import tile_args
+    from tileflip.kernels.triton_permute import decodes_of, tile_args
 
     checked = 0
     for i, (shape, dims, dtype, view) in enumerate(_offset_cases()):
@@ -268,12 +269,13 @@ def test_offset_bounds_cover_every_offset_the_kernel_forms():
         go = tuning.permute_launch(p, x.element_size())
         if go.flat:  # the flat rows kernel's own bound: test_flat_rows_offsets_bound
             continue
-        args, _ = tile_args(p, go)
-        a_in, a_out, b_in, b_out, n = args[4:6], args[6:8], args[8:10], args[10:12], args[12:15]
+        d = decodes_of(tile_args(p, go)[0])
         (block_b, block_a), (tiles_b, tiles_a) = go.blocks, go.grid
         pad_a, pad_b = tiles_a * block_a, tiles_b * block_b
-        worst_in = _decoded_max(pad_a, *a_in) + _decoded_max(pad_b, *b_in) + _decoded_max(go.batch, n[0], n[1])
-        worst_out = _decoded_max(pad_a, *a_out) + _decoded_max(pad_b, *b_out) + _decoded_max(go.batch, n[0], n[2])
+        worst_in, worst_out = (
+            _decoded_max(pad_a, *d[f"a_{side}"]) + _decoded_max(pad_b, *d[f"b_{side}"])
+            + _decoded_max(go.batch, *d[f"n_{side}"]) for side in ("in", "out")
+        )  # fmt: skip
         bound_in, bound_out = tuning.offset_bounds(p.sizes, p.in_strides, ((go.a_dims, block_a), (go.b_dims, block_b)))
         assert worst_in <= bound_in, (shape, dims, view, worst_in, bound_in)
         assert worst_out <= bound_out, (shape, dims, view, worst_out, bound_out)
@@ -304,7 +306,7 @@ def test_vector_widths_hold_on_every_element_the_kernel_moves():
     here from the kernel's own arguments over every index, for the named, random and vector-run cases."""
     import numpy as np
 
-    from tileflip.kernels.triton_permute import tile_args
+    from tileflip.kernels.triton_permute import decodes_of, tile_args
 
     rng = random.Random(7)
     cases = _offset_cases() + [(s, d, {1: torch.int8, 2: torch.bfloat16, 4: torch.float32}[e], "contiguous")
@@ -321,7 +323,9 @@ def test_vector_widths_hold_on_every_element_the_kernel_moves():
             continue
         widened += _widened(p, go, x.element_size())
         args, _ = tile_args(p, go)
-        a_in, a_out, b_in, b_out, n = args[4:6], args[6:8], args[8:10], args[10:12], args[12:15]
+        d = decodes_of(args)
+        a_in, a_out, b_in, b_out = d["a_in"], d["a_out"], d["b_in"], d["b_out"]
+        n = (*d["n_in"], d["n_out"][1])
         size_a, size_b = args[0], args[1]
         ia, ib = np.arange(size_a, dtype=np.int64), np.arange(size_b, dtype=np.int64)
         ibatch = np.arange(go.batch, dtype=np.int64)
@@ -422,6 +426,78 @@ def int64_offsets(monkeypatch):
     triton_permute.clear_cache()
     yield
     triton_permute.clear_cache()
+
+
+@pytest.fixture
+def without_magic(monkeypatch):
+    """Every tile-kernel launch dividing with Triton's own integer division (``tuning.PERMUTE_MAGIC`` off),
+    as launches whose indices need 64 bits do."""
+    from tileflip.kernels import triton_permute
+
+    monkeypatch.setattr(tuning, "PERMUTE_MAGIC", False)
+    triton_permute.clear_cache()
+    yield
+    triton_permute.clear_cache()
+
+
+def _tile_constexprs(shape, dims, element_size):
+    from tileflip.kernels.triton_permute import tile_args
+
+    p = plan.plan_permute(shape, _contiguous_strides(shape), dims, element_size)
+    go = tuning.permute_launch(p, element_size)
+    return go, None if go.flat else tile_args(p, go)[1]
+
+
+def test_magic_division_where_indices_are_int32():
+    """The tile kernel divides by magic numbers on every named tile case (int32 indices), not where a
+    tile index needs 64 bits, and not with PERMUTE_MAGIC off."""
+    for shape, dims, dtype, _view_kind in _named_tile_cases():
+        go, constexprs = _tile_constexprs(shape, dims, torch.empty((), dtype=dtype).element_size())
+        if not go.flat:
+            assert constexprs["MAGIC"] is True and not go.wide, (shape, dims)
+    go, constexprs = _tile_constexprs((3, 2**31 // 3 + 64, 5), (2, 1, 0), 1)
+    assert go.wide and constexprs["MAGIC"] is False
+
+
+def test_magic_division_off(without_magic):
+    _, constexprs = _tile_constexprs((8, 4096, 32, 128), (0, 2, 3, 1), 2)
+    assert constexprs["MAGIC"] is False
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_division_path_without_magic(device, without_magic):
+    """Triton's own integer division in the decodes (the path of launches whose indices need 64 bits) on
+    the named cases of the tile kernel and a random sweep: the same bits."""
+    for i, (shape, dims, dtype, view) in enumerate(_named_tile_cases()):
+        x = _view(shape, view, dtype, device, seed=i)
+        out = poisoned(tuple(x.shape[d] for d in dims), dtype, device)
+        tileflip.permute(x, dims, out)
+        assert_bits_equal(out, x.permute(dims))
+    rng = random.Random(3)
+    for i in range(20):
+        shape, dims, dtype, view = _random_case(rng)
+        x = _view(shape, view, dtype, device, seed=i) if shape else random_bits((), dtype, device)
+        assert_bits_equal(tileflip.permute(x, dims), x.permute(dims))
+
+
+@pytest.mark.parametrize("magic", [True, False])
+@without_interpreter
+def test_magic_decode_compiles_without_integer_division(magic, monkeypatch):
+    """Compiled for sm_90 (no GPU): with magic division the tile kernel's decodes hold no integer division
+    or remainder, only multiply-highs (about three instructions a division where a signed division by a
+    runtime int32 took about ten; on int8 (11,39,29,21,42,24) by (5,4,2,3,1,0) the divisions were most of
+    the kernel's instructions); without it they divide."""
+    from tileflip.kernels.triton_permute import compiled_tile_kernel
+
+    monkeypatch.setattr(tuning, "PERMUTE_MAGIC", magic)
+    shape, dims = (11, 39, 29, 21, 42, 24), (5, 4, 2, 3, 1, 0)
+    p = plan.plan_permute(shape, _contiguous_strides(shape), dims, 1)
+    ptx = compiled_tile_kernel(p, 1).asm["ptx"]
+    divisions = re.findall(r"\b(?:div|rem)\.[su]32\b", ptx)
+    # the program id's split into batch element and tile, and tile into its A and B parts: two scalar
+    # divisions a program, with the remainders by multiply-subtract
+    assert len(divisions) == 2 if magic else len(divisions) > 2, divisions
+    assert ("mul.hi.u32" in ptx) is magic
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -1,5 +1,6 @@
 """The planner: the seed functions' worked examples and validation rules, and the kernels' planning."""
 
+import random
 import subprocess
 import sys
 
@@ -335,3 +336,18 @@ def test_loop_rounds():
     for tiles in range(1, 200):
         grid, rounds = loop_rounds(tiles, 7)
         assert grid * max(rounds, 1) >= tiles and (rounds == 0 or grid * rounds // 2 < tiles)
+
+
+@pytest.mark.parametrize("M", [2, 3, 5, 7, 31, 1000, 65535, 2**20 + 7, 2**31 - 1])
+def test_magic_divisor_divides_exactly(M):
+    """The multiply-high division of the 2-D gather and the permute decodes (``magic_divisor``) equals
+    n // M over the whole int32 range: around every multiple of M near 0, 2**k and 2**31, and on random n."""
+    magic, shift = plan.magic_divisor(M)
+    m = magic & 0xFFFFFFFF
+    rng = random.Random(M)
+    ns = {0, 1, 2**31 - 1} | {rng.randrange(2**31) for _ in range(2000)}
+    for base in [M * k for k in range(1, 40)] + [2**k for k in range(2, 31)] + [(2**31 - 1) // M * M]:
+        ns |= {n for n in (base - 1, base, base + 1) if 0 <= n < 2**31}
+    assert all(((n * m) >> 32) >> shift == n // M for n in ns)
+    with pytest.raises(ValueError, match="d must be in"):
+        plan.magic_divisor(1)

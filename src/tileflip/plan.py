@@ -345,6 +345,20 @@ def merge_dims(sizes, strides) -> tuple[tuple, tuple]:
     return tuple(s for s, _ in merged), tuple(st for _, st in merged)
 
 
+def magic_divisor(d: int) -> tuple[int, int]:
+    """(magic, shift) with ``n // d == umulhi(n, magic) >> shift`` for every 0 <= n < 2**31, for 2 <= d < 2**31.
+
+    The round-up method: l = ceil(log2 d), magic = ceil(2**(31 + l) / d), which is below 2**32 since
+    d > 2**(l - 1); its error e = magic * d - 2**(31 + l) is below d, so e * n < d * 2**31 <= 2**(31 + l)
+    never carries into the quotient. ``magic`` is returned as the int32 of the same bits (a kernel
+    argument of one type whatever d is; the kernel reads it back as uint32), ``shift`` = l - 1."""
+    if not 2 <= d < 2**31:
+        raise ValueError(f"d must be in [2, 2**31), got {d}")
+    bits = (d - 1).bit_length()  # l
+    magic = -(-(1 << (31 + bits)) // d)
+    return (magic - (1 << 32) if magic >= 1 << 31 else magic), bits - 1
+
+
 def check_perm(dims, rank: int) -> tuple:
     """``dims`` as a tuple of non-negative ints, or ValueError/TypeError naming it."""
     if not isinstance(dims, (tuple, list)) or any(type(d) is not int for d in dims):

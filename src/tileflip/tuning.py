@@ -259,6 +259,20 @@ VECTOR_RUNS_TILE_ALL = False
 # (736,152,224) 0.97 -> 0.99), one down (bf16 (30,360,4608) by (0,2,1), 0.865 -> 0.839). (Under the earlier
 # zero_ flush it could not be measured: a setting timed after it read part of its input from L2.)
 PERMUTE_EVICT_LAST = True
+# The permute tile kernel divides its indices by the dimension sizes with host-computed magic numbers (a
+# multiply-high and a shift, ``plan.magic_divisor``) wherever its indices are int32 (False: Triton's signed
+# division by a runtime int32, about ten instructions a division). Nsight Compute on the random suite's
+# slow cases (H200, 2026-12-01 session 12 run 4, experiments/h200-2026-12-01-permute-ncu-s12run4.json)
+# found them issue-bound (69-78% of issue slots busy at a quarter to a half of the DRAM bandwidth), with
+# the decodes' divisions most of the instructions: int8 (11,39,29,21,42,24) by (5,4,2,3,1,0) ran 228 M
+# warp instructions, 131 M with magic numbers (run 5). On the permute suites (run 5,
+# experiments/h200-2026-12-01-permute-variants-magic-s12run5.json, twice each, interleaved): bf16
+# (32,48,47,18,10,3) 0.44 -> 0.65 of copy, int8 (42,9,11,29,38,29) 0.56 -> 0.65, fp32 (62,10,8,32,44,3)
+# 0.89 -> 0.93, int8 (11,39,29,21,42,24) 0.39 -> 0.43, fp32 (38,17,20,13,14,13) and bf16
+# (21,23,45,11,12,42) +2 points; int8 (28,86,14,2,40,28) 0.63 -> 0.56 and (11,8,80,264,44) 0.70 -> 0.67
+# (both faster with it under Nsight Compute's fixed clocks: 80 -> 67 and 65 -> 57 us; not explained);
+# the other 37 within a point.
+PERMUTE_MAGIC = True
 # Register caps (``maxnreg``) of tile launches whose both sides move 16-byte vectors, by element size
 # (none where absent).
 PERMUTE_MAXNREG: dict = {}

@@ -3,8 +3,10 @@
 Three kernels. The tile kernel serves the plan kinds copy, rows and tiles: a BLOCK_A x BLOCK_B tile whose
 axis A folds up to four of the input's fastest dimensions and axis B up to four of the output's fastest
 into one linear index each, over a batch of up to six more (``tileflip.tuning.tile_launch`` picks them).
-Row and column offsets are decoded once per row and column vector (int32 ``//`` and ``%`` by runtime
-sizes) and broadcast into the 2-D pointer tile; the batch once per program. Each side (input, output)
+Row and column offsets are decoded once per row and column vector and broadcast into the 2-D pointer
+tile; the batch once per program. Decoding divides int32 indices by runtime sizes with the host's magic
+numbers (``plan.magic_divisor``: a multiply-high and a shift, ``tuning.PERMUTE_MAGIC``) where Triton's
+``//`` and ``%`` took most of the instructions of the slow cases. Each side (input, output)
 decodes an axis over its own merged dimensions (``merge_side``), so a run that is contiguous on that
 side is one multiply by a unit stride, visibly contiguous to Triton's analysis. The flat rows kernel
 serves rows plans whose kept runs are long and whole 16-byte vectors (``tuning.rows_flat_launch``): the
@@ -32,19 +34,28 @@ import triton.language as tl
 
 from tileflip import tuning
 from tileflip.dtypes import as_uint
-from tileflip.plan import merge_dims
+from tileflip.plan import magic_divisor, merge_dims
 
 
 @triton.jit
-def _decode(index, sizes, strides, N: tl.constexpr, OFF64: tl.constexpr):
+def _decode(index, sizes, strides, magics, shifts, N: tl.constexpr, OFF64: tl.constexpr, MAGIC: tl.constexpr):
     """Offset of a linear index over N dimensions (innermost first); the outermost takes no ``%``.
-    In int64 when OFF64, else in int32 (the planner has bounded every offset below 2**31)."""
+    In int64 when OFF64, else in int32 (the planner has bounded every offset below 2**31). With MAGIC
+    (an int32 index, every size but the outermost at least 2) each ``index // size`` is a multiply-high
+    by the host's magic number and a shift (``plan.magic_divisor``), ``index % size`` one multiply-add
+    from it: three instructions where a signed division by a runtime int32 takes about ten."""
     DT: tl.constexpr = tl.int64 if OFF64 else tl.int32
     off = (index * 0).to(DT)
     for i in tl.static_range(N):
         if i < N - 1:
-            off += (index % sizes[i]).to(DT) * strides[i]
-            index = index // sizes[i]
+            if MAGIC:
+                magic = tl.cast(magics[i], tl.uint32, bitcast=True)
+                q = (tl.umulhi(index.to(tl.uint32), magic) >> tl.cast(shifts[i], tl.uint32)).to(tl.int32)
+                off += (index - q * sizes[i]).to(DT) * strides[i]
+                index = q
+            else:
+                off += (index % sizes[i]).to(DT) * strides[i]
+                index = index // sizes[i]
         else:
             off += index.to(DT) * strides[i]
     return off
@@ -53,11 +64,12 @@ def _decode(index, sizes, strides, N: tl.constexpr, OFF64: tl.constexpr):
 @triton.jit
 def permute_tile_kernel(
     x_ptr, out_ptr, size_a, size_b, grid_fast, tiles,
-    a_in_sizes, a_in, a_out_sizes, a_out, b_in_sizes, b_in, b_out_sizes, b_out, n_sizes, n_in, n_out,
+    a_in_sizes, a_in, a_in_m, a_in_s, a_out_sizes, a_out, a_out_m, a_out_s,
+    b_in_sizes, b_in, b_in_m, b_in_s, b_out_sizes, b_out, b_out_m, b_out_s, n_sizes, n_in, n_out, n_m, n_s,
     NA_IN: tl.constexpr, NA_OUT: tl.constexpr, NB_IN: tl.constexpr, NB_OUT: tl.constexpr, NN: tl.constexpr,
     BLOCK_B: tl.constexpr, BLOCK_A: tl.constexpr,
     VEC_LOAD: tl.constexpr, VEC_STORE: tl.constexpr, KEPT: tl.constexpr, WIDE: tl.constexpr,
-    B_FAST: tl.constexpr, OFF64: tl.constexpr, EVICT_LAST: tl.constexpr,
+    B_FAST: tl.constexpr, OFF64: tl.constexpr, EVICT_LAST: tl.constexpr, MAGIC: tl.constexpr,
 ):  # fmt: skip
     """One BLOCK_A x BLOCK_B tile of one batch element: loaded along A, stored along A (KEPT: the output's
     fastest dimension is the input's) or transposed and stored along B.
@@ -79,10 +91,12 @@ def permute_tile_kernel(
         pid_b = pid_b.to(tl.int64)
     ra = pid_a * BLOCK_A + tl.arange(0, BLOCK_A)
     rb = pid_b * BLOCK_B + tl.arange(0, BLOCK_B)
-    in_a = _decode(ra, a_in_sizes, a_in, NA_IN, OFF64)
-    out_a = _decode(ra, a_out_sizes, a_out, NA_OUT, OFF64)
-    in_b = _decode(rb, b_in_sizes, b_in, NB_IN, OFF64) + _decode(batch, n_sizes, n_in, NN, OFF64)
-    out_b = _decode(rb, b_out_sizes, b_out, NB_OUT, OFF64) + _decode(batch, n_sizes, n_out, NN, OFF64)
+    in_a = _decode(ra, a_in_sizes, a_in, a_in_m, a_in_s, NA_IN, OFF64, MAGIC)
+    out_a = _decode(ra, a_out_sizes, a_out, a_out_m, a_out_s, NA_OUT, OFF64, MAGIC)
+    in_b = _decode(rb, b_in_sizes, b_in, b_in_m, b_in_s, NB_IN, OFF64, MAGIC)
+    in_b += _decode(batch, n_sizes, n_in, n_m, n_s, NN, OFF64, MAGIC)
+    out_b = _decode(rb, b_out_sizes, b_out, b_out_m, b_out_s, NB_OUT, OFF64, MAGIC)
+    out_b += _decode(batch, n_sizes, n_out, n_m, n_s, NN, OFF64, MAGIC)
     load_offs = in_a[:, None] + in_b[None, :]
     if KEPT:
         store_offs = out_a[:, None] + out_b[None, :]
@@ -120,7 +134,7 @@ def permute_general_kernel(x_ptr, out_ptr, numel, sizes, in_strides, NDIM: tl.co
     """Fallback: each output element (contiguous) gathered from its input offset."""
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < numel
-    v = tl.load(x_ptr + _decode(offs, sizes, in_strides, NDIM, True), mask=mask)
+    v = tl.load(x_ptr + _decode(offs, sizes, in_strides, sizes, sizes, NDIM, True, False), mask=mask)
     tl.store(out_ptr + offs, v, mask=mask)
 
 
@@ -138,7 +152,7 @@ def permute_rows_flat_kernel(
     mask = v < vectors
     w = tl.where(mask, v, 0)  # masked vectors decode vector 0: every offset formed is one the tensor holds
     row = w // row_vectors
-    base = _decode(row, sizes, in_strides, NDIM, OFF64) + (w - row * row_vectors) * VEC
+    base = _decode(row, sizes, in_strides, sizes, sizes, NDIM, OFF64, False) + (w - row * row_vectors) * VEC
     base = tl.multiple_of(base, VEC)
     lane = tl.arange(0, VEC)
     POLICY: tl.constexpr = "evict_last" if EVICT_LAST else ""
@@ -175,13 +189,38 @@ def tile_args(plan, go) -> tuple[tuple, dict]:
     size_a = tuning._product(a[0])
     size_b = tuning._product(b[0])
     grid_fast = go.grid[0] if go.b_fast else go.grid[1]
-    args = (size_a, size_b, grid_fast, go.grid[0] * go.grid[1], *a_in, *a_out, *b_in, *b_out, *n)
+    groups = (a_in, a_out, b_in, b_out, (n[0], n[1]))
+    # Magic division where every index is int32 (the batch's too) and every size divided by is at least 2
+    # (merge_side and merge_dims leave no size-1 dimension but the padding of an empty axis, never divided).
+    magic = tuning.PERMUTE_MAGIC and not go.wide and go.batch < 2**31
+    magic = magic and all(size >= 2 for sizes, _ in groups for size in sizes[:-1])
+    decodes = [(*g, *_magics(g[0], magic)) for g in groups]
+    n_group = (*decodes[4][:2], n[2], *decodes[4][2:])  # the batch: sizes, input, output strides, magics, shifts
+    args = (size_a, size_b, grid_fast, go.grid[0] * go.grid[1], *decodes[0], *decodes[1], *decodes[2],
+            *decodes[3], *n_group)  # fmt: skip
     constexprs = dict(
         NA_IN=len(a_in[0]), NA_OUT=len(a_out[0]), NB_IN=len(b_in[0]), NB_OUT=len(b_out[0]), NN=len(n[0]),
         BLOCK_B=go.blocks[0], BLOCK_A=go.blocks[1], VEC_LOAD=go.vec[0], VEC_STORE=go.vec[1], KEPT=go.kept,
-        WIDE=go.wide, B_FAST=go.b_fast, OFF64=go.offsets64, EVICT_LAST=go.evict_last,
+        WIDE=go.wide, B_FAST=go.b_fast, OFF64=go.offsets64, EVICT_LAST=go.evict_last, MAGIC=magic,
     )  # fmt: skip
     return args, constexprs
+
+
+def decodes_of(args) -> dict:
+    """The decodes in tile-kernel arguments (``tile_args``): name -> (sizes, strides) for ``a_in``,
+    ``a_out``, ``b_in``, ``b_out``, and ``n_in`` / ``n_out`` for the batch (for tests and tools)."""
+    groups = {name: args[4 + 4 * i: 6 + 4 * i] for i, name in enumerate(("a_in", "a_out", "b_in", "b_out"))}
+    sizes, n_in, n_out = args[20:23]
+    return groups | {"n_in": (sizes, n_in), "n_out": (sizes, n_out)}
+
+
+def _magics(sizes, magic: bool) -> tuple[tuple, tuple]:
+    """(magics, shifts) of a decode's sizes (``plan.magic_divisor``; the outermost is never divided by),
+    or the sizes twice where the kernel divides without them (placeholders of the same types)."""
+    if not magic:
+        return sizes, sizes
+    pairs = [magic_divisor(s) for s in sizes[:-1]] + [(0, 0)]
+    return tuple(m for m, _ in pairs), tuple(s for _, s in pairs)
 
 
 @lru_cache(maxsize=256)

@@ -28,7 +28,7 @@ import triton.language as tl
 
 from tileflip.dtypes import as_uint
 from tileflip.kernels.triton_common import current_stream, is_interpreted_kernel
-from tileflip.plan import MAX_GRID_YZ, loop_rounds
+from tileflip.plan import MAX_GRID_YZ, loop_rounds, magic_divisor
 
 
 # grid_m and grid_n only decode the program id: their divisibility buys nothing, and leaving them
@@ -331,20 +331,6 @@ def transpose_gather_kernel(
         tl.store(out_ptr + o, v, mask=mask)  # visibly contiguous: vector stores
     else:
         tl.store(out_ptr + j * stride_om + i, v, mask=mask)
-
-
-def magic_divisor(d: int) -> tuple[int, int]:
-    """(magic, shift) with ``n // d == umulhi(n, magic) >> shift`` for every 0 <= n < 2**31, for 2 <= d < 2**31.
-
-    The round-up method: l = ceil(log2 d), magic = ceil(2**(31 + l) / d), which is below 2**32 since
-    d > 2**(l - 1); its error e = magic * d - 2**(31 + l) is below d, so e * n < d * 2**31 <= 2**(31 + l)
-    never carries into the quotient. ``magic`` is returned as the int32 of the same bits (a kernel
-    argument of one type whatever d is; the kernel reads it back as uint32), ``shift`` = l - 1."""
-    if not 2 <= d < 2**31:
-        raise ValueError(f"d must be in [2, 2**31), got {d}")
-    bits = (d - 1).bit_length()  # l
-    magic = -(-(1 << (31 + bits)) // d)
-    return (magic - (1 << 32) if magic >= 1 << 31 else magic), bits - 1
 
 
 def launch_gather(x, out) -> None:
