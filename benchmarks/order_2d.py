@@ -596,7 +596,8 @@ def bands(records):
         torch.cuda.empty_cache()
 
 
-STRIDE_CASES = [((16384, 16384), "float64"), ((8192, 8192), "float64"), ((16384, 16384), "float32")]
+STRIDE_CASES = [((16384, 16384), "float64"), ((8192, 8192), "float64"), ((16384, 16384), "float32"),
+                ((16384, 16384), "int8"), ((16384, 16384), "bfloat16")]  # fmt: skip
 STRIDE_PADS = (16, 256)  # elements added to a row stride
 
 

@@ -344,12 +344,14 @@ def test_vector_widths_hold_on_every_element_the_kernel_moves():
     "shape,dims,element_size,vec,blocks,warps",
     [
         # the fastest dimension odd, its run with the next even: vectors from the run (measured on the
-        # permute suites, tuning.VECTOR_RUNS): 0.59 -> 0.68 of copy, the narrow tile kept (2-byte stores)
-        ((28, 86, 14, 2, 40, 28), (0, 2, 4, 3, 5, 1), 1, (16, 2), (64, 128), 4),
+        # permute suites, tuning.VECTOR_RUNS): 0.59 -> 0.68 of copy, the narrow tile kept (2-byte stores),
+        # on 8 warps since tuning.WIDE_LOAD_STEP (16-byte loads, narrower stores: 0.56 -> 0.63)
+        ((28, 86, 14, 2, 40, 28), (0, 2, 4, 3, 5, 1), 1, (16, 2), (64, 128), 8),
         # both sides reach 16 bytes: the full-vector tile (0.91 -> 0.95)
         ((8, 82, 18, 36, 94), (1, 3, 4, 0, 2), 2, (8, 8), (128, 128), 16),
-        # 8-byte stores: the narrow tile kept (0.83 -> 0.85; with the half tile of 8-byte vectors, 0.64)
-        ((7, 46, 8, 72, 38, 10), (0, 3, 4, 1, 5, 2), 1, (16, 8), (64, 128), 4),
+        # 8-byte stores: the narrow tile kept (0.83 -> 0.85; with the half tile of 8-byte vectors, 0.64),
+        # on 8 warps (WIDE_LOAD_STEP: 0.82 -> 0.86)
+        ((7, 46, 8, 72, 38, 10), (0, 3, 4, 1, 5, 2), 1, (16, 8), (64, 128), 8),
     ],
 )
 def test_vectors_come_from_the_runs_the_axes_form(shape, dims, element_size, vec, blocks, warps):
@@ -357,6 +359,24 @@ def test_vectors_come_from_the_runs_the_axes_form(shape, dims, element_size, vec
     go = tuning.permute_launch(p, element_size)
     assert (go.vec, go.blocks, go.num_warps) == (vec, blocks, warps)
     assert _widened(p, go, element_size)
+
+
+def test_wide_load_step_covers_transposed_tiles_with_16_byte_loads_and_narrower_stores():
+    """tuning.WIDE_LOAD_STEP applies to a transposed tile that loads 16-byte vectors and stores narrower
+    ones; not where the loads are the narrower side, not to kept tiles, not where TILES_4B sets the tile,
+    not with 16-byte vectors on both sides; and a suite case it covers gets its tile (a quarter of the
+    int8 tile, 8 warps, int32 offsets)."""
+    wide, (first, second) = tuning.WIDE_LOAD_STEP, tuning.NARROW_STEPS
+    assert tuning.narrow_step(2, 16, kept=False, element_size=1) == wide
+    assert tuning.narrow_step(4, 16, kept=False, element_size=2) == wide
+    assert tuning.narrow_step(4, 4, kept=False, element_size=1) == second  # loads are the narrower side
+    assert tuning.narrow_step(2, 4, kept=False, element_size=1) == first
+    assert tuning.narrow_step(4, 16, kept=True, element_size=1) == second  # kept
+    assert tuning.narrow_step(4, 16, kept=False, element_size=4) == second  # TILES_4B's tile
+    assert tuning.narrow_step(16, 16, kept=False, element_size=1) is None
+    shape, dims = (60, 2816, 416), (1, 2, 0)
+    go = tuning.permute_launch(plan.plan_permute(shape, _contiguous_strides(shape), dims, 1), 1)
+    assert (go.vec, go.blocks, go.num_warps, go.offsets64) == ((16, 4), (64, 128), 8, False)
 
 
 # Permutes whose wider vectors choose a tile on which the axes no longer form runs that hold them (the
@@ -533,7 +553,8 @@ def test_offsets_near_and_past_2_31(shape, dims):
     "shape,dims,element_size,offsets64",
     [
         ((32, 48, 47, 18, 10, 3), (0, 4, 1, 3, 5, 2), 2, False),  # 2-byte vectors: quarter tile, int32
-        ((320, 50, 28, 88), (0, 2, 3, 1), 2, True),  # 4-byte store vectors: half tile, int64 (measured)
+        ((21, 23, 45, 11, 12, 42), (1, 2, 5, 0, 3, 4), 2, True),  # 4-byte load vectors: half tile, int64 (measured)
+        ((320, 50, 28, 88), (0, 2, 3, 1), 2, False),  # 16-byte loads, 4-byte stores: WIDE_LOAD_STEP, int32
         ((8, 4096, 32, 128), (0, 3, 2, 1), 2, False),  # 16-byte vectors: int32
     ],
 )
@@ -621,9 +642,10 @@ def test_a_dimension_that_continues_the_other_axis_run_is_left_to_it():
 @pytest.mark.parametrize(
     "shape,dims,element_size,b_dims,blocks",
     [
-        # B's 28-element run is followed in the output by A's first dimension: B holds it alone (32 lanes)
-        ((39, 28, 16, 72, 39), (2, 0, 3, 4, 1), 2, (3,), (32, 256)),
-        ((320, 50, 28, 88), (0, 2, 3, 1), 2, (2,), (64, 128)),
+        # B's 28-element run is followed in the output by A's first dimension: B holds it alone (32 lanes),
+        # in a quarter tile (tuning.WIDE_LOAD_STEP: 16-byte loads, narrower stores)
+        ((39, 28, 16, 72, 39), (2, 0, 3, 4, 1), 2, (3,), (32, 128)),
+        ((320, 50, 28, 88), (0, 2, 3, 1), 2, (2,), (64, 64)),
         # B's run (48) continues into the output's next dimension (30): B folds it (measured 0.87 -> 0.42);
         # A's 180 x 464 input run takes 16-byte loads (VECTOR_RUNS), so the full-vector tile
         ((48, 30, 464, 180), (3, 2, 1, 0), 1, (3, 2), (128, 256)),

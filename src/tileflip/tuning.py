@@ -209,6 +209,16 @@ OFFSETS32_RULE = True  # tile_launch: int32 offsets wherever offset_bounds allow
 # 8-warp half tiles they also doubled the programs per SM (e.g. 66 -> 40 registers) but lost on 10 of
 # 16 cases (median 0.72 against 0.82; the cause was not profiled), so that step keeps int64 offsets.
 NARROW_STEPS = ((3, 2, 4, True), (VECTOR_BYTES, 1, 8, False))
+# Transposed tiles whose loads move 16-byte vectors and whose stores move narrower ones take this step
+# (halvings, warps, int32 offsets allowed) before NARROW_STEPS (None: off). Measured on the permute suites,
+# H200, 2026-12-01 session 12 run 7 (experiments/h200-2026-12-01-permute-variants-narrow-s12run7.json,
+# variant h2w8: this step for every vector under 16 bytes), on the seven suite launches it covers: bf16
+# (46,188,88,88) 0.86 -> 0.98 of copy, bf16 (320,50,28,88) 0.82 -> 0.93, int8 (28,86,14,2,40,28) 0.56 ->
+# 0.63, int8 (60,2816,416) 0.85 -> 0.91, int8 (7,46,8,72,38,10) 0.82 -> 0.86, int8 (11,39,29,21,42,24)
+# 0.44 -> 0.42 (1-byte stores), bf16 (39,28,16,72,39) 1.03 -> 1.02. Where the loads are the narrower
+# side it lost (int8 (26,60,104,39,20) 0.87 -> 0.61, (3840,360,56) 0.90 -> 0.61, bf16 (21,23,45,11,12,42)
+# 0.84 -> 0.67), hence the condition.
+WIDE_LOAD_STEP = (VECTOR_BYTES, 2, 8, True)
 # Transposed tiles (kind tiles) of 4-byte elements whose narrower side moves 4 or 16 bytes: half the 2-D
 # tile's area on 16 warps, in place of the 2-D tile (16-byte vectors) or the narrow step's tile and warps
 # (4-byte vectors; its int64 offsets are kept). Measured on the permute suites, H200, 2026-12-01 (benchmarks/results/
@@ -526,10 +536,16 @@ def vector_widths(sizes, in_strides, kept: bool, element_size: int) -> tuple[int
     return run_vector_widths(sizes, in_strides, kept, (a0,), (last,), element_size)
 
 
-def narrow_step(vector_bytes: int):
-    """The NARROW_STEPS entry (below, halvings, warps, int32 offsets allowed) for a launch whose narrower
-    side moves ``vector_bytes`` per vector, or None (16-byte vectors, or the narrow rule off)."""
+def narrow_step(vector_bytes: int, load_bytes: int = 0, kept: bool = True, element_size: int = 0):
+    """The step (below, halvings, warps, int32 offsets allowed) for a launch whose narrower side moves
+    ``vector_bytes`` per vector and whose loads ``load_bytes``: WIDE_LOAD_STEP for a transposed tile
+    (not ``kept``) that loads 16-byte vectors and stores narrower ones (but where TILES_4B sets the
+    tile), else the first NARROW_STEPS entry that applies; None for 16-byte vectors on both sides, or
+    with the narrow rule off."""
     if NARROW_RULE:
+        wide_load = not kept and load_bytes >= VECTOR_BYTES > vector_bytes
+        if WIDE_LOAD_STEP and wide_load and tiles_4b(element_size, vector_bytes, kept) is None:
+            return WIDE_LOAD_STEP
         for step in NARROW_STEPS:
             if vector_bytes < step[0]:
                 return step
@@ -547,16 +563,18 @@ PERMUTE_TILES = {
 }
 
 
-def permute_config(element_size: int, vector_bytes: int = VECTOR_BYTES, kept: bool = True) -> TileConfig:
+def permute_config(element_size: int, vector_bytes: int = VECTOR_BYTES, kept: bool = True,
+                   load_bytes: int = 0) -> TileConfig:  # fmt: skip
     """The tile area and warps of the N-D tile kernel: PERMUTE_TILES when both sides move 16-byte
-    vectors; with narrower vectors (``vector_bytes``, the narrower side's) the first NARROW_STEPS entry
-    that applies: a half tile on 8 warps, a quarter on 4 under 3 bytes. Transposed (not ``kept``)
-    4-byte tiles follow TILES_4B where it has an entry."""
+    vectors; with narrower vectors (``vector_bytes``, the narrower side's; ``load_bytes``, the loads')
+    the step ``narrow_step`` gives: a quarter tile on 8 warps for 16-byte loads and narrower stores of a
+    transposed tile, else a half tile on 8 warps, a quarter on 4 under 3 bytes. Transposed (not
+    ``kept``) 4-byte tiles follow TILES_4B where it has an entry."""
     config = PERMUTE_TILES[element_size]
     halvings = tiles_4b(element_size, vector_bytes, kept)
     if halvings is not None:
         return _halve(config, halvings)
-    step = narrow_step(vector_bytes)
+    step = narrow_step(vector_bytes, load_bytes, kept, element_size)
     if step is None:
         return config._replace(maxnreg=PERMUTE_MAXNREG.get(element_size, 0))
     _, halvings, warps, _ = step
@@ -658,8 +676,9 @@ def permute_launch(p, element_size: int) -> PermuteLaunch:
 
         def launch(vec, tile_vec):  # the tile, its warps and offsets chosen as for vectors tile_vec
             vector_bytes = min(tile_vec) * element_size
-            step = narrow_step(vector_bytes)  # its offset rule holds for TILES_4B launches too (as measured)
-            config = permute_config(element_size, vector_bytes, kept)
+            load_bytes = vec[0] * element_size  # the loads' vectors as launched
+            step = narrow_step(vector_bytes, load_bytes, kept, element_size)  # offsets: for TILES_4B launches too
+            config = permute_config(element_size, vector_bytes, kept, load_bytes)
             whole = WHOLE_DIM_WARPS.get(element_size, 0) if step is None and not kept else 0
             return tile_launch(sizes, p.in_strides, kept, vec, config, step is None or step[3], whole,
                                element_size in B_FIRST_SIZES)
