@@ -126,6 +126,16 @@ def bits(t):
     return t.reshape(-1).view(torch.uint8)
 
 
+def _timed_rounds(fns: dict) -> tuple[dict, float]:
+    """Each function's device time (``timing.device_times``, 20 repetitions) in 3 interleaved rounds, and
+    the median of the one named "copy"."""
+    times = {name: [] for name in fns}
+    for _ in range(3):
+        for name, fn in fns.items():
+            times[name].append(timing.summarize(timing.device_times(fn, reps=20))[0])
+    return times, statistics.median(times["copy"])
+
+
 def run_case(shape, dtype, variants, records, compile_peer):
     case = bench.Case(shape, dtype)
     x = bench._make_input(case)
@@ -141,11 +151,7 @@ def run_case(shape, dtype, variants, records, compile_peer):
         torch._dynamo.reset()
         compiled = torch.compile(lambda t: t.t().contiguous(), dynamic=False)
         fns.append(("torch-compile", lambda: compiled(x), torch.equal(bits(compiled(x)), bits(ref))))
-    times = {name: [] for name, *_ in fns}
-    for _ in range(3):
-        for name, fn, _ok in fns:
-            times[name].append(timing.summarize(timing.device_times(fn, reps=20))[0])
-    copy_ms = statistics.median(times["copy"])
+    times, copy_ms = _timed_rounds({name: fn for name, fn, _ok in fns})
     line = [f"{dtype:9s} {'x'.join(map(str, shape)):12s}"]
     for name, _fn, ok in fns[1:]:
         ms = statistics.median(times[name])
@@ -440,11 +446,7 @@ def _compare(records, section, shape, dtype, x, ref, variants, flush):
     compiled = torch.compile(lambda t: t.t().contiguous(), dynamic=False)
     exact["torch-compile"] = torch.equal(bits(compiled(x)), bits(ref))
     fns["torch-compile"] = lambda: compiled(x)
-    times = {name: [] for name in fns}
-    for _ in range(3):
-        for name, fn in fns.items():
-            times[name].append(timing.summarize(timing.device_times(fn, reps=20))[0])
-    copy_ms = statistics.median(times["copy"])
+    times, copy_ms = _timed_rounds(fns)
     line = [f"{dtype:9s} {'x'.join(map(str, shape)):10s}"]
     for name, fn in fns.items():
         gap, dur, names = _profiled(fn, flush)
@@ -633,11 +635,7 @@ def strides(records):
             compiled = torch.compile(lambda t: t.t().contiguous(), dynamic=False)
             exact[f"torch-compile-in-{ik}"] = torch.equal(bits(compiled(xi)), bits(ref))
             fns[f"torch-compile-in-{ik}"] = lambda c=compiled, xi=xi: c(xi)
-        times = {name: [] for name in fns}
-        for _ in range(3):
-            for name, fn in fns.items():
-                times[name].append(timing.summarize(timing.device_times(fn, reps=20))[0])
-        copy_ms = statistics.median(times["copy"])
+        times, copy_ms = _timed_rounds(fns)
         line = [f"{dtype:9s} {M}x{N}"]
         for name in fns:
             ms = statistics.median(times[name])
