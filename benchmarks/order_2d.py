@@ -644,7 +644,7 @@ def strides(records):
                             "config": list(config), "exact": exact.get(name, True)})  # fmt: skip
             line.append(f"{name}={copy_ms / ms:.3f}{'' if exact.get(name, True) else '!'}")
         print(" ".join(line), flush=True)
-        del x, ref, out, src, dst, inputs, outputs, fns
+        del x, ref, out, src, dst, inputs, outputs, fns, xi, oi, compiled
         torch.cuda.empty_cache()
 
 

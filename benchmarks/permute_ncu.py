@@ -121,6 +121,8 @@ def main(out_path: str, specs: list[str]) -> int:
 
 
 if __name__ == "__main__":
+    if len(sys.argv) < 2:
+        sys.exit(__doc__)
     if sys.argv[1] == "--child":
         child(sys.argv[2:])
         sys.exit(0)

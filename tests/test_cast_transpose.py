@@ -284,9 +284,9 @@ def test_block_m_not_a_multiple_of_4_is_refused(device):
 
 
 @pytest.mark.parametrize("group_m", [-1, -2])
-def test_column_band_orders_are_refused(group_m):
-    """The cast kernel decodes row, column and row-band orders only: the 2-D transpose's other orders are
-    refused by name, not run in a wrong order."""
+def test_orders_the_cast_kernel_does_not_decode_are_refused(group_m):
+    """The cast kernel decodes row, column and row-band orders only: -1 (the 2-D transpose's column order
+    on a 2-D grid) and any other negative group_m are refused by name, not run in a wrong order."""
     x = torch.ones(8, 8)
     y, y_t = torch.empty(8, 8, dtype=E4M3), torch.empty(8, 8, dtype=E4M3)
     with pytest.raises(ValueError, match="config.group_m must be >= 0"):

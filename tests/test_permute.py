@@ -283,6 +283,60 @@ def test_offset_bounds_cover_every_offset_the_kernel_forms():
     assert checked > 40
 
 
+def _magic_decoded_offsets(index, sizes, strides, magics, shifts):
+    """The offsets the tile kernel's ``_decode`` forms with magic division: each ``index // size`` as
+    ``umulhi(index, magic) >> shift`` in 32-bit unsigned arithmetic, the remainder by multiply-subtract."""
+    import numpy as np
+
+    index = index.astype(np.uint64)
+    off = np.zeros(index.shape, dtype=np.int64)
+    for i, (size, stride) in enumerate(zip(sizes, strides)):
+        if i < len(sizes) - 1:
+            q = ((index * np.uint64(magics[i])) >> np.uint64(32)) >> np.uint64(shifts[i])
+            off += (index - q * np.uint64(size)).astype(np.int64) * stride
+            index = q
+        else:
+            off += index.astype(np.int64) * stride
+    return off
+
+
+def test_magic_arguments_decode_every_index_the_kernel_forms():
+    """The magic numbers and shifts the tile kernel receives (``magics_of``: as the kernel decodes them),
+    replayed as the kernel divides over every index of the padded grid and every batch element, give
+    the offsets of exact division on each decode; and they travel as values Triton does not specialize
+    (never 1 nor a multiple of 16; the magic past int32), so a new size compiles nothing new."""
+    import numpy as np
+
+    from tileflip.kernels.triton_permute import decodes_of, magics_of, tile_args
+
+    checked = 0
+    for i, (shape, dims, dtype, view) in enumerate(_offset_cases()):
+        x = _view(shape, view, dtype, "cpu", seed=i) if shape else random_bits((), dtype)
+        p = plan.plan_permute(tuple(x.shape), tuple(x.stride()), dims, x.element_size())
+        if p.kind not in ("rows", "tiles", "copy"):
+            continue
+        go = tuning.permute_launch(p, x.element_size())
+        if go.flat:
+            continue
+        args, constexprs = tile_args(p, go)
+        assert constexprs["MAGIC"], (shape, dims)
+        magic_args, shift_args = [args[6], args[10], args[14], args[18], args[23]], [args[7], args[11], args[15],
+                                                                                      args[19], args[24]]  # fmt: skip
+        assert all(v != 1 and v % 16 for t in magic_args + shift_args for v in t)
+        assert all(v >= 2**31 for t in magic_args for v in t[:-1])  # int64 whatever the size
+        d, m = decodes_of(args), magics_of(args)
+        (block_b, block_a), (tiles_b, tiles_a) = go.blocks, go.grid
+        ranges = {"a": tiles_a * block_a, "b": tiles_b * block_b, "n": go.batch}
+        for name in ("a_in", "a_out", "b_in", "b_out", "n_in", "n_out"):
+            index = np.arange(ranges[name[0]], dtype=np.int64)
+            sizes, strides = d[name]
+            _, magics, shifts = m["n" if name.startswith("n") else name]
+            assert (_magic_decoded_offsets(index, sizes, strides, magics, shifts)
+                    == _decoded_offsets(index, sizes, strides)).all(), (shape, dims, name)  # fmt: skip
+        checked += 1
+    assert checked > 40
+
+
 def _widened(p, go, element_size: int) -> bool:
     """Whether the launch ``go`` of plan ``p`` moves wider vectors than each side's fastest dimension
     alone gives (``tuning.VECTOR_RUNS``)."""

@@ -217,7 +217,11 @@ NARROW_STEPS = ((3, 2, 4, True), (VECTOR_BYTES, 1, 8, False))
 # 0.63, int8 (60,2816,416) 0.85 -> 0.91, int8 (7,46,8,72,38,10) 0.82 -> 0.86, int8 (11,39,29,21,42,24)
 # 0.44 -> 0.42 (1-byte stores), bf16 (39,28,16,72,39) 1.03 -> 1.02. Where the loads are the narrower
 # side it lost (int8 (26,60,104,39,20) 0.87 -> 0.61, (3840,360,56) 0.90 -> 0.61, bf16 (21,23,45,11,12,42)
-# 0.84 -> 0.67), hence the condition.
+# 0.84 -> 0.67), hence the condition. The bench afterwards (run 8, against run 6) agreed: 0.85 -> 0.98,
+# 0.83 -> 0.95, 0.56 -> 0.64, 0.87 -> 0.91, 0.83 -> 0.86, 0.44 -> 0.41. In run 7 a half tile on 4 warps
+# (variant h1w4) was faster still on three of the seven (int8 (28,86,...) 0.72, the two bf16 cases 1.02
+# and 0.96) and slower on the other four (int8 (7,46,...) 0.59, (60,2816,416) 0.76, (11,39,...) 0.29,
+# bf16 (39,28,...) 1.00): not taken.
 WIDE_LOAD_STEP = (VECTOR_BYTES, 2, 8, True)
 # Transposed tiles (kind tiles) of 4-byte elements whose narrower side moves 4 or 16 bytes: half the 2-D
 # tile's area on 16 warps, in place of the 2-D tile (16-byte vectors) or the narrow step's tile and warps
@@ -281,7 +285,7 @@ PERMUTE_EVICT_LAST = True
 # 0.89 -> 0.93, int8 (11,39,29,21,42,24) 0.39 -> 0.43, fp32 (38,17,20,13,14,13) and bf16
 # (21,23,45,11,12,42) +2 points; int8 (28,86,14,2,40,28) 0.63 -> 0.56 and (11,8,80,264,44) 0.70 -> 0.67
 # (both faster with it under Nsight Compute's fixed clocks: 80 -> 67 and 65 -> 57 us; not explained);
-# the other 37 within a point.
+# the other 37 within 1.2 points.
 PERMUTE_MAGIC = True
 # Register caps (``maxnreg``) of tile launches whose both sides move 16-byte vectors, by element size
 # (none where absent).
@@ -674,7 +678,9 @@ def permute_launch(p, element_size: int) -> PermuteLaunch:
             if flat is not None:
                 return flat
 
-        def launch(vec, tile_vec):  # the tile, its warps and offsets chosen as for vectors tile_vec
+        # the tile, its warps and offsets chosen as for vectors tile_vec, but WIDE_LOAD_STEP's condition on
+        # the loads as launched (vec: after a widening, 16-byte loads over a tile chosen for narrower ones)
+        def launch(vec, tile_vec):
             vector_bytes = min(tile_vec) * element_size
             load_bytes = vec[0] * element_size  # the loads' vectors as launched
             step = narrow_step(vector_bytes, load_bytes, kept, element_size)  # offsets: for TILES_4B launches too

@@ -49,8 +49,9 @@ def _decode(index, sizes, strides, magics, shifts, N: tl.constexpr, OFF64: tl.co
     for i in tl.static_range(N):
         if i < N - 1:
             if MAGIC:
-                magic = tl.cast(magics[i], tl.uint32, bitcast=True)
-                q = (tl.umulhi(index.to(tl.uint32), magic) >> tl.cast(shifts[i], tl.uint32)).to(tl.int32)
+                # magics and shifts travel as 16 * value + 3 (``_magics``): decoded by a shift
+                magic = (magics[i] >> 4).to(tl.uint32)
+                q = (tl.umulhi(index.to(tl.uint32), magic) >> (shifts[i] >> 4).to(tl.uint32)).to(tl.int32)
                 off += (index - q * sizes[i]).to(DT) * strides[i]
                 index = q
             else:
@@ -214,13 +215,25 @@ def decodes_of(args) -> dict:
     return groups | {"n_in": (sizes, n_in), "n_out": (sizes, n_out)}
 
 
+def magics_of(args) -> dict:
+    """The division arguments in tile-kernel arguments: name -> (sizes, magics, shifts) as the kernel
+    reads them (decoded from ``_magics``'s form) for ``a_in``, ``a_out``, ``b_in``, ``b_out`` and ``n``."""
+    groups = {name: (args[4 + 4 * i], *args[6 + 4 * i: 8 + 4 * i]) for i, name in
+              enumerate(("a_in", "a_out", "b_in", "b_out"))}  # fmt: skip
+    groups["n"] = (args[20], *args[23:25])
+    return {k: (sizes, tuple(m >> 4 for m in ms), tuple(v >> 4 for v in vs)) for k, (sizes, ms, vs) in groups.items()}
+
+
 def _magics(sizes, magic: bool) -> tuple[tuple, tuple]:
-    """(magics, shifts) of a decode's sizes (``plan.magic_divisor``; the outermost is never divided by),
-    or the sizes twice where the kernel divides without them (placeholders of the same types)."""
+    """(magics, shifts) of a decode's sizes (``plan.magic_divisor``, the magic as the unsigned 32-bit value;
+    the outermost size is never divided by), each sent as 16 * value + 3: never 1 nor a multiple of 16, the
+    magic always int64 and the shift int32, so Triton's specialization of tuple elements (which
+    ``do_not_specialize`` does not reach) makes no new kernel for a new size. Where the kernel divides
+    without them, the sizes twice (placeholders of the same types)."""
     if not magic:
         return sizes, sizes
     pairs = [magic_divisor(s) for s in sizes[:-1]] + [(0, 0)]
-    return tuple(m for m, _ in pairs), tuple(s for _, s in pairs)
+    return tuple(16 * (m & 0xFFFFFFFF) + 3 for m, _ in pairs), tuple(16 * s + 3 for _, s in pairs)
 
 
 @lru_cache(maxsize=256)
