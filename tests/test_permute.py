@@ -254,6 +254,18 @@ def _offset_cases():
     return _named_tile_cases() + [_random_case(rng) for _ in range(80)]
 
 
+def _tile_launches(cases):
+    """(shape, dims, view, element size, plan, launch) of each case (shape, dims, dtype, view) that runs
+    the tile kernel (plan kinds rows, tiles and copy, not the flat rows kernel), its input built on the CPU."""
+    for i, (shape, dims, dtype, view) in enumerate(cases):
+        x = _view(shape, view, dtype, "cpu", seed=i) if shape else random_bits((), dtype)
+        p = plan.plan_permute(tuple(x.shape), tuple(x.stride()), dims, x.element_size())
+        if p.kind in ("rows", "tiles", "copy"):
+            go = tuning.permute_launch(p, x.element_size())
+            if not go.flat:
+                yield shape, dims, view, x.element_size(), p, go
+
+
 def test_offset_bounds_cover_every_offset_the_kernel_forms():
     """The planner's bound on the tile kernel's offsets (which picks int32 offsets below 2**31) is at
     least the largest offset the kernel computes, masked tail lanes included: the kernel's decode run
@@ -261,14 +273,8 @@ def test_offset_bounds_cover_every_offset_the_kernel_forms():
     from tileflip.kernels.triton_permute import decodes_of, tile_args
 
     checked = 0
-    for i, (shape, dims, dtype, view) in enumerate(_offset_cases()):
-        x = _view(shape, view, dtype, "cpu", seed=i) if shape else random_bits((), dtype)
-        p = plan.plan_permute(tuple(x.shape), tuple(x.stride()), dims, x.element_size())
-        if p.kind not in ("rows", "tiles", "copy"):
-            continue
-        go = tuning.permute_launch(p, x.element_size())
-        if go.flat:  # the flat rows kernel's own bound: test_flat_rows_offsets_bound
-            continue
+    # (the flat rows kernel's own bound: test_flat_rows_offsets_bound)
+    for shape, dims, view, _es, p, go in _tile_launches(_offset_cases()):
         d = decodes_of(tile_args(p, go)[0])
         (block_b, block_a), (tiles_b, tiles_a) = go.blocks, go.grid
         pad_a, pad_b = tiles_a * block_a, tiles_b * block_b
@@ -310,14 +316,7 @@ def test_magic_arguments_decode_every_index_the_kernel_forms():
     from tileflip.kernels.triton_permute import decodes_of, magics_of, tile_args
 
     checked = 0
-    for i, (shape, dims, dtype, view) in enumerate(_offset_cases()):
-        x = _view(shape, view, dtype, "cpu", seed=i) if shape else random_bits((), dtype)
-        p = plan.plan_permute(tuple(x.shape), tuple(x.stride()), dims, x.element_size())
-        if p.kind not in ("rows", "tiles", "copy"):
-            continue
-        go = tuning.permute_launch(p, x.element_size())
-        if go.flat:
-            continue
+    for shape, dims, view, _es, p, go in _tile_launches(_offset_cases()):
         args, constexprs = tile_args(p, go)
         assert constexprs["MAGIC"], (shape, dims)
         magic_args, shift_args = [args[6], args[10], args[14], args[18], args[23]], [args[7], args[11], args[15],
@@ -367,15 +366,8 @@ def test_vector_widths_hold_on_every_element_the_kernel_moves():
                                for s, d, e in LAYOUT_CASES]  # fmt: skip
     cases += [_vector_run_case(rng) for _ in range(40)] + [(*c, "contiguous") for c in HELD_CASES]
     widened = 0
-    for i, (shape, dims, dtype, view) in enumerate(cases):
-        x = _view(shape, view, dtype, "cpu", seed=i) if shape else random_bits((), dtype)
-        p = plan.plan_permute(tuple(x.shape), tuple(x.stride()), dims, x.element_size())
-        if p.kind not in ("rows", "tiles", "copy"):
-            continue
-        go = tuning.permute_launch(p, x.element_size())
-        if go.flat:
-            continue
-        widened += _widened(p, go, x.element_size())
+    for shape, dims, view, es, p, go in _tile_launches(cases):
+        widened += _widened(p, go, es)
         args, _ = tile_args(p, go)
         d = decodes_of(args)
         a_in, a_out, b_in, b_out = d["a_in"], d["a_out"], d["b_in"], d["b_out"]
