@@ -313,16 +313,15 @@ def test_magic_arguments_decode_every_index_the_kernel_forms():
     (never 1 nor a multiple of 16; the magic past int32), so a new size compiles nothing new."""
     import numpy as np
 
-    from tileflip.kernels.triton_permute import decodes_of, magics_of, tile_args
+    from tileflip.kernels.triton_permute import arg_groups, decodes_of, magics_of, tile_args
 
     checked = 0
     for shape, dims, view, _es, p, go in _tile_launches(_offset_cases()):
         args, constexprs = tile_args(p, go)
         assert constexprs["MAGIC"], (shape, dims)
-        magic_args, shift_args = [args[6], args[10], args[14], args[18], args[23]], [args[7], args[11], args[15],
-                                                                                      args[19], args[24]]  # fmt: skip
-        assert all(v != 1 and v % 16 for t in magic_args + shift_args for v in t)
-        assert all(v >= 2**31 for t in magic_args for v in t[:-1])  # int64 whatever the size
+        sent = [g[-2:] for g in arg_groups(args).values()]  # (magics, shifts) of each decode, as sent
+        assert len(sent) == 5 and all(v != 1 and v % 16 for pair in sent for t in pair for v in t)
+        assert all(v >= 2**31 for magics, _ in sent for v in magics[:-1])  # int64 whatever the size
         d, m = decodes_of(args), magics_of(args)
         (block_b, block_a), (tiles_b, tiles_a) = go.blocks, go.grid
         ranges = {"a": tiles_a * block_a, "b": tiles_b * block_b, "n": go.batch}

@@ -207,21 +207,31 @@ def tile_args(plan, go) -> tuple[tuple, dict]:
     return args, constexprs
 
 
+_AXIS_GROUPS = ("a_in", "a_out", "b_in", "b_out")
+
+
+def arg_groups(args) -> dict:
+    """Tile-kernel arguments (``tile_args``) by decode, as sent: name -> (sizes, strides, magics, shifts)
+    for ``a_in``, ``a_out``, ``b_in``, ``b_out``, and (sizes, input strides, output strides, magics,
+    shifts) for the batch ``n`` (for tests and tools)."""
+    groups = {name: args[4 + 4 * i: 8 + 4 * i] for i, name in enumerate(_AXIS_GROUPS)}
+    return groups | {"n": args[20:25]}
+
+
 def decodes_of(args) -> dict:
-    """The decodes in tile-kernel arguments (``tile_args``): name -> (sizes, strides) for ``a_in``,
-    ``a_out``, ``b_in``, ``b_out``, and ``n_in`` / ``n_out`` for the batch (for tests and tools)."""
-    groups = {name: args[4 + 4 * i: 6 + 4 * i] for i, name in enumerate(("a_in", "a_out", "b_in", "b_out"))}
-    sizes, n_in, n_out = args[20:23]
-    return groups | {"n_in": (sizes, n_in), "n_out": (sizes, n_out)}
+    """The decodes in tile-kernel arguments: name -> (sizes, strides) for ``a_in``, ``a_out``, ``b_in``,
+    ``b_out``, and ``n_in`` / ``n_out`` for the batch."""
+    g = arg_groups(args)
+    sizes, n_in, n_out = g["n"][:3]
+    return {name: g[name][:2] for name in _AXIS_GROUPS} | {"n_in": (sizes, n_in), "n_out": (sizes, n_out)}
 
 
 def magics_of(args) -> dict:
     """The division arguments in tile-kernel arguments: name -> (sizes, magics, shifts) as the kernel
     reads them (decoded from ``_magics``'s form) for ``a_in``, ``a_out``, ``b_in``, ``b_out`` and ``n``."""
-    groups = {name: (args[4 + 4 * i], *args[6 + 4 * i: 8 + 4 * i]) for i, name in
-              enumerate(("a_in", "a_out", "b_in", "b_out"))}  # fmt: skip
-    groups["n"] = (args[20], *args[23:25])
-    return {k: (sizes, tuple(m >> 4 for m in ms), tuple(v >> 4 for v in vs)) for k, (sizes, ms, vs) in groups.items()}
+    g = arg_groups(args)
+    sent = {name: (g[name][0], *g[name][2:]) for name in _AXIS_GROUPS} | {"n": (g["n"][0], *g["n"][3:])}
+    return {k: (sizes, tuple(m >> 4 for m in ms), tuple(v >> 4 for v in vs)) for k, (sizes, ms, vs) in sent.items()}
 
 
 def _magics(sizes, magic: bool) -> tuple[tuple, tuple]:
