@@ -706,6 +706,112 @@ def permute_launch(p, element_size: int) -> PermuteLaunch:
     raise ValueError(f"plan kind {p.kind!r} has no permute-kernel launch")
 
 
+# The CUDA vec permute (``tileflip.kernels.cuda_permute``, ``cuda/permute.cu``): 1- and 2-byte elements
+# moved in 16-byte accesses on both sides whatever the alignment of the input's and the output's runs, a
+# block moving 128 rows (B indices) x 128 bytes (A indices). ``auto`` takes it for a tiles plan where
+# ``vec_permute_launch`` applies and the tile kernel's narrower side moves under 16 bytes (VEC_PERMUTE;
+# False: never).
+VEC_PERMUTE = True
+VEC_PERMUTE_ROWS = 128  # the block's tile: rows (B indices) x bytes of A; must match vec_tile.cuh
+VEC_PERMUTE_ROW_BYTES = 128
+VEC_PERMUTE_MIN_ROWS = 64  # B shorter than this leaves most of the block's rows idle
+VEC_PERMUTE_AXIS_DIMS = 4  # must match permute.cu
+VEC_PERMUTE_BATCH_DIMS = 6
+
+
+@dataclass(frozen=True)
+class VecPermuteLaunch:
+    """How the CUDA vec permute runs a plan: axis A (``a_dims``, merged dimensions innermost first) is a
+    run the input holds contiguously, starting at its unit-stride dimension; axis B (``b_dims``) a run
+    the output holds contiguously, starting at its fastest dimension; the rest is the batch
+    (``batch_dims``, innermost first; empty for none). ``tiles_a`` x ``tiles_b`` blocks per batch
+    element, consecutive blocks along A."""
+
+    a_dims: tuple
+    b_dims: tuple
+    batch_dims: tuple
+    size_a: int
+    size_b: int
+    batch: int
+    tiles_a: int
+    tiles_b: int
+
+    @property
+    def programs(self) -> int:
+        return self.batch * self.tiles_a * self.tiles_b
+
+
+def vec_permute_axes(sizes, in_strides, element_size: int) -> tuple[tuple, tuple, tuple] | None:
+    """(A, B, batch) of the CUDA vec permute for merged sizes and input strides, or None where the input
+    has no unit-stride dimension besides the output's fastest, or the dimensions left over exceed the
+    batch's VEC_PERMUTE_BATCH_DIMS. A starts at the input's unit-stride dimension, B at the output's
+    fastest; then, turn about and B first (as ``fold_axes``), B takes the output's next dimension and A
+    the dimension that continues its input run (never the output's fastest), each while it spans fewer
+    than FOLD_FACTOR tile widths (VEC_PERMUTE_ROWS rows; VEC_PERMUTE_ROW_BYTES bytes) and holds fewer
+    than VEC_PERMUTE_AXIS_DIMS dimensions. B stops at a dimension A holds."""
+    last = len(sizes) - 1
+    units = [d for d in range(last) if in_strides[d] == 1]
+    if not units:
+        return None
+    a_dims, b_dims = [units[0]], [last]
+    size_a, size_b = sizes[units[0]], sizes[last]
+    b_open = True
+    while True:
+        grew = False
+        if b_open and len(b_dims) < VEC_PERMUTE_AXIS_DIMS and size_b < FOLD_FACTOR * VEC_PERMUTE_ROWS:
+            d = b_dims[-1] - 1
+            if d >= 0 and d not in a_dims:
+                b_dims.append(d)
+                size_b *= sizes[d]
+                grew = True
+            else:
+                b_open = False
+        if len(a_dims) < VEC_PERMUTE_AXIS_DIMS and size_a * element_size < FOLD_FACTOR * VEC_PERMUTE_ROW_BYTES:
+            nxt = [d for d in range(last) if d not in a_dims and d not in b_dims and in_strides[d] == size_a]
+            if nxt:
+                a_dims.append(nxt[0])
+                size_a *= sizes[nxt[0]]
+                grew = True
+        if not grew:
+            break
+    batch = [d for d in range(last, -1, -1) if d not in a_dims and d not in b_dims]
+    if len(batch) > VEC_PERMUTE_BATCH_DIMS:
+        return None
+    return tuple(a_dims), tuple(b_dims), tuple(batch)
+
+
+@lru_cache(maxsize=256)
+def vec_permute_launch(p, element_size: int) -> VecPermuteLaunch | None:
+    """The CUDA vec permute's launch of plan ``p``, or None where it does not apply: a tiles plan of 1- or
+    2-byte elements whose A run holds at least one tile width (VEC_PERMUTE_ROW_BYTES) and whose B run at
+    least VEC_PERMUTE_MIN_ROWS, with every index (A, B, batch element, block) below 2**31 (the kernel's
+    32-bit indices and magic division)."""
+    if p.kind != "tiles" or element_size not in (1, 2):
+        return None
+    axes = vec_permute_axes(p.sizes, p.in_strides, element_size)
+    if axes is None:
+        return None
+    a_dims, b_dims, batch_dims = axes
+    size_a = _product(p.sizes[d] for d in a_dims)
+    size_b = _product(p.sizes[d] for d in b_dims)
+    batch = _product(p.sizes[d] for d in batch_dims)
+    if size_a * element_size < VEC_PERMUTE_ROW_BYTES or size_b < VEC_PERMUTE_MIN_ROWS:
+        return None
+    tiles_a = cdiv(size_a, VEC_PERMUTE_ROW_BYTES // element_size)
+    go = VecPermuteLaunch(a_dims, b_dims, batch_dims, size_a, size_b, batch, tiles_a, cdiv(size_b, VEC_PERMUTE_ROWS))
+    if max(size_a, size_b, batch, go.programs) >= 2**31:
+        return None
+    return go
+
+
+def prefers_vec_permute(p, element_size: int) -> bool:
+    """Whether ``auto`` runs plan ``p`` on the CUDA vec permute (VEC_PERMUTE): it applies
+    (``vec_permute_launch``) and the tile kernel's launch moves under 16 bytes per vector on a side."""
+    if not VEC_PERMUTE or vec_permute_launch(p, element_size) is None:
+        return False
+    return min(permute_launch(p, element_size).vec) * element_size < VECTOR_BYTES
+
+
 def _product(values) -> int:
     n = 1
     for v in values:
