@@ -30,7 +30,6 @@ for step in "$@"; do
              for s in "4096x4096 float32" "16384x16384 bfloat16"; do
                set -- $s; run "analyze-$1-$2" 120 python3 -m tileflip.cli analyze --measure --no-ncu --shape "$1" --dtype "$2"; done ;;
     tests-permute) run tests-permute 240 python3 -m pytest -m gpu -q -p no:cacheprovider -n 8 tests/test_permute.py ;;
-    tests-vec) run tests-vec 240 python3 -m pytest -m gpu -q -p no:cacheprovider -n 8 -x tests/test_permute_vec.py tests/test_cuda_launch_gpu.py ;;
     permute-variants) run permute-variants 420 python3 benchmarks/permute_variants.py "$OUT/permute-variants.json" \
                         ${PERMUTE_VARIANTS:-rules off64:off32=0 n-half8:nhalve=1,nwarps=8 n-quarter8:nhalve=2,nwarps=8 n-half4:nwarps=4} ;;
     tests-new) run tests-new 240 python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_permute.py tests/test_cast_transpose.py tests/test_transpose.py ;;

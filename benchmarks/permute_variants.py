@@ -17,8 +17,7 @@ off), ``mreg`` (a register cap on full-vector tile launches, ``tuning.PERMUTE_MA
 tiles only, 0 to transposed tiles only; ``area`` above 1 doubles the smaller side), ``wholeb``
 (``tuning.WHOLE_B_WASTE``), ``flat`` / ``flatel`` / ``flatw`` (``tuning.ROWS_FLAT``, its elements per program
 and warps), ``vrun`` / ``vrunall`` / ``evict`` / ``magic`` (0 or 1: ``tuning.VECTOR_RUNS`` /
-``VECTOR_RUNS_TILE_ALL`` / ``PERMUTE_EVICT_LAST`` / ``PERMUTE_MAGIC``), ``cvec`` (0 or 1:
-``tuning.VEC_PERMUTE``, auto's use of the CUDA vec permute).
+``VECTOR_RUNS_TILE_ALL`` / ``PERMUTE_EVICT_LAST`` / ``PERMUTE_MAGIC``).
 Prints one line per case and a summary per variant.
 """
 
@@ -46,7 +45,7 @@ SCALARS = {
     "flatw": ("ROWS_FLAT_WARPS", int), "bfast": ("B_FAST_RULE", bool), "narrow": ("NARROW_RULE", bool),
     "short": ("SHORT_RUN_BYTES", int), "off32": ("OFFSETS32_RULE", bool), "vrun": ("VECTOR_RUNS", bool),
     "vrunall": ("VECTOR_RUNS_TILE_ALL", bool), "evict": ("PERMUTE_EVICT_LAST", bool),
-    "magic": ("PERMUTE_MAGIC", bool), "cvec": ("VEC_PERMUTE", bool),
+    "magic": ("PERMUTE_MAGIC", bool),
 }  # fmt: skip
 DEFAULTS = {key: getattr(tuning, attr) for key, (attr, _) in SCALARS.items()}
 # The 2-D table's large-class tiles (area and warps; the permute kernel has its own order and orientation).

@@ -1,6 +1,5 @@
-"""The CUDA C++ backend without a GPU: its .cu files compile for sm_90 with NVRTC (through tileflip's
-loader, which hands them the header they include) and with nvcc, the cubins hold every kernel, and the
-NVRTC disk cache and errors behave."""
+"""The CUDA C++ backend without a GPU: its .cu file compiles for sm_90 with NVRTC (through tileflip's
+loader) and with nvcc, the cubins hold every kernel, and the NVRTC disk cache and errors behave."""
 
 from __future__ import annotations
 
@@ -17,7 +16,7 @@ SRC = Path(__file__).resolve().parents[1] / "src"  # children get it on PYTHONPA
 
 pytest.importorskip("cuda.bindings", reason="the CUDA backend needs cuda-python: pip install 'tileflip[cuda]'")
 
-from tileflip.kernels import cuda_permute, cuda_transpose, nvrtc  # noqa: E402 (after the importorskip)
+from tileflip.kernels import cuda_transpose, nvrtc  # noqa: E402 (after the importorskip)
 
 ARCH = 90
 ITEMSIZE = {f"u{bits}": bits // 8 for bits in cuda_transpose.ELEMENT_BITS}
@@ -123,35 +122,6 @@ def test_nvcc_compiles_every_kernel(tmp_path):
     check_cubin(out.read_bytes())
 
 
-def check_permute_cubin(elf: bytes) -> None:
-    assert cubin_arch(elf) == ARCH
-    assert global_functions(elf) == set(cuda_permute.kernel_names()) == {"permute_vec_u8", "permute_vec_u16"}
-    for name in cuda_permute.kernel_names():  # the vec tile: 128 rows x 128 bytes
-        assert static_shared_bytes(elf, name) >= 128 * 128
-
-
-def test_permute_nvrtc_cubin():
-    cubins = cuda_permute.compile_cubin(ARCH, use_cache=False)
-    assert list(cubins) == ["permute.cu"]
-    check_permute_cubin(cubins["permute.cu"])
-
-
-def test_both_files_include_the_vec_tile_header():
-    for path in (cuda_transpose.CU_FILE, cuda_permute.CU_FILE):
-        headers = nvrtc.local_headers(path)
-        assert list(headers) == ["vec_tile.cuh"]
-        assert b"funnel16" in headers["vec_tile.cuh"]
-
-
-@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH (the NVRTC tests still ran)")
-def test_nvcc_compiles_the_permute_kernels(tmp_path):
-    out = tmp_path / "permute.cubin"
-    cmd = ["nvcc", "-cubin", f"-arch=sm_{ARCH}", "-std=c++17", "-Werror", "all-warnings", "-o", str(out)]
-    result = subprocess.run([*cmd, str(cuda_permute.CU_FILE)], check=False, capture_output=True, text=True)
-    assert result.returncode == 0, result.stdout + result.stderr
-    check_permute_cubin(out.read_bytes())
-
-
 # ---------------------------------------------------------------------------------------------------
 # Disk cache and errors, on a tiny .cu file so that NVRTC takes milliseconds
 # ---------------------------------------------------------------------------------------------------
@@ -204,26 +174,6 @@ def test_cache_key_covers_arch_source_and_options(cache, tiny_cu):
     assert sorted(p.name for p in cache.glob("*.cubin")) == sorted(
         f"{nvrtc.cache_key(source, 'tiny.cu', nvrtc.compile_options(a))}.cubin" for a in (ARCH, 80)
     )
-
-
-def test_included_header_is_compiled_and_keys_the_cache(cache, tmp_path):
-    (tmp_path / "value.cuh").write_text("#pragma once\nconstexpr int VALUE = 3;\n")
-    (tmp_path / "outer.cuh").write_text('#include "value.cuh"\n')
-    user = tmp_path / "user.cu"
-    user.write_text('#include "outer.cuh"\nextern "C" __global__ void user(int* p) { p[0] = VALUE; }\n')
-    assert sorted(nvrtc.local_headers(user)) == ["outer.cuh", "value.cuh"]
-    first = nvrtc.compile_cubin(user, ARCH)
-    assert global_functions(first) == {"user"}
-    (tmp_path / "value.cuh").write_text("#pragma once\nconstexpr int VALUE = 4;\n")
-    nvrtc.compile_cubin(user, ARCH)
-    assert len(list(cache.glob("*.cubin"))) == 2  # a changed header is a new cubin, not the cached one
-
-
-def test_missing_header_is_named(cache, tmp_path):
-    user = tmp_path / "user.cu"
-    user.write_text('#include "absent.cuh"\n')
-    with pytest.raises(FileNotFoundError, match="user.cu includes 'absent.cuh'"):
-        nvrtc.compile_cubin(user, ARCH)
 
 
 def test_corrupt_cache_file_is_recompiled(cache, tiny_cu):

@@ -165,20 +165,13 @@ def op_functions(case: Case, x, out, backends):
     import torch
 
     import tileflip
-    from tileflip import ops, plan
+    from tileflip import ops
 
     fns, notes = [], {}
     if case.perm is not None:
         for b in backends:
             if b == "auto":
                 fns.append((b, lambda: tileflip.permute(x, case.perm, out)))
-            elif b in ("triton", "cuda-vec"):  # the two N-D kernels, each where it can take the case
-                p = plan.plan_permute(tuple(x.shape), tuple(x.stride()), case.perm, x.element_size())
-                refusal = ops.vec_permute_refusal(p, x.element_size()) if b == "cuda-vec" else None
-                if refusal:
-                    notes[b] = f"not for this case: {refusal}"
-                else:
-                    fns.append((b, lambda b=b: tileflip.permute(x, case.perm, out, backend=b)))
             elif b == "torch-contiguous":
                 fns.append((b, lambda: x.permute(case.perm).contiguous()))
             elif b == "torch-copy":
@@ -279,14 +272,9 @@ def measure(cases: list[Case], backends: list[str], rounds: int, quick: bool, lo
 
 
 def _permute_kind(x, case) -> str:
-    """What ``auto`` runs a permute case on: "cuda-vec" where it takes the CUDA vec kernel
-    (``tileflip.ops``'s rule), else the plan's kind."""
-    from tileflip import ops, plan, tuning
+    from tileflip import plan
 
-    p = plan.plan_permute(tuple(x.shape), tuple(x.stride()), case.perm, x.element_size())
-    if x.is_cuda and tuning.prefers_vec_permute(p, x.element_size()) and ops._has_cuda_python():
-        return "cuda-vec"
-    return p.kind
+    return plan.plan_permute(tuple(x.shape), tuple(x.stride()), case.perm, x.element_size()).kind
 
 
 def _case_key(r: dict):
@@ -500,10 +488,8 @@ def cli(argv: list[str]) -> int:
         return 0
     cases = suite_cases(args.suite, args.part)
     if args.suite.startswith("permute"):
-        args.backends = ",".join(  # auto first, as the permute suites have always been timed
-            sorted((b for b in args.backends.split(",")
-                    if b in ("auto", "triton", "cuda-vec", *PEERS) and b not in ("cupy", "xla")),
-                   key=lambda b: b != "auto")
+        args.backends = ",".join(
+            b for b in args.backends.split(",") if b in ("auto", *PEERS) and b not in ("cupy", "xla")
         )
     records = measure(cases, args.backends.split(","), args.rounds, args.quick, log)
     print(table(records))

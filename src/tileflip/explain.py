@@ -118,7 +118,7 @@ def _permute_launch(p, size) -> list[str]:
 
     size_a, size_b = _product(p.sizes[d] for d in go.a_dims), _product(p.sizes[d] for d in go.b_dims)
     tiles = go.grid[0] * go.grid[1]
-    return _vec_permute_launch(p, size) + [
+    return [
         f"tile kernel ({'loads and stores along A' if go.kept else 'loads along A, stores along B'}): "
         f"tile {bb} (B) x {ba} (A), {go.num_warps} warps",
         f"  A (input-fastest first): {axis(go.a_dims)} = {size_a}",
@@ -128,29 +128,6 @@ def _permute_launch(p, size) -> list[str]:
         f" ({go.vec[0] * size} B / {go.vec[1] * size} B); {64 if go.offsets64 else 32}-bit offsets"
         f"{'; 64-bit tile indices' if go.wide else ''}",
         f"grid: {go.grid[0]} x {go.grid[1]} = {tiles} tiles x {go.batch} batch elements = {go.programs} programs (1-D)",
-    ]
-
-
-def _vec_permute_launch(p, size) -> list[str]:
-    """The CUDA vec permute's lines, where it can take the plan (``tuning.vec_permute_launch``)."""
-    go = tuning.vec_permute_launch(p, size)
-    if go is None:
-        return []
-
-    def axis(dims):
-        return " x ".join(f"dim {d} ({p.sizes[d]})" for d in dims) or "-"
-
-    auto = tuning.prefers_vec_permute(p, size)
-    return [
-        f"CUDA vec kernel (backend 'cuda-vec'{'; auto runs it where cuda-python is installed' if auto else ''}): "
-        f"{tuning.VEC_PERMUTE_ROWS} rows (B) x {tuning.VEC_PERMUTE_ROW_BYTES} B (A) a block, 256 threads, "
-        "16-byte loads and stores at any alignment",
-        f"  A (contiguous input run): {axis(go.a_dims)} = {go.size_a}",
-        f"  B (contiguous output run): {axis(go.b_dims)} = {go.size_b}",
-        f"  batch: {axis(go.batch_dims)} = {go.batch}",
-        f"grid: {go.tiles_b} x {go.tiles_a} = {go.tiles_a * go.tiles_b} tiles x {go.batch} batch elements = "
-        f"{go.programs} blocks (1-D)",
-        f"the Triton tile kernel (backend 'triton'{'; auto without cuda-python' if auto else '; auto'}):",
     ]
 
 

@@ -306,7 +306,7 @@ def _transpose(x: torch.Tensor, out: torch.Tensor | None, backend: str) -> torch
     return out
 
 
-PERMUTE_BACKENDS = ("auto", "triton", "cuda-vec", "torch")
+PERMUTE_BACKENDS = ("auto", "triton", "torch")
 
 
 def permute(x: torch.Tensor, dims, out: torch.Tensor | None = None, *, backend: str = "auto") -> torch.Tensor:
@@ -315,12 +315,8 @@ def permute(x: torch.Tensor, dims, out: torch.Tensor | None = None, *, backend: 
     Any rank from 0 to 8, any permutation (negative dims allowed), any input strides including 0.
     The planner (``tileflip.plan.plan_permute``) merges dimensions that stay adjacent and picks one of
     a few fixed-rank kernels; ``tileflip plan --shape ... --perm ...`` prints the plan.
-    Backends: ``"triton"`` (the kernels; on a CPU tensor only under the interpreter), ``"cuda-vec"``
-    (the CUDA C++ kernel with 16-byte accesses for 1- and 2-byte elements whose runs need not be
-    16-byte aligned, for the plans ``tileflip.tuning.vec_permute_launch`` takes; ValueError for others),
-    ``"torch"`` (``out.copy_(x.permute(dims))``) and ``"auto"`` (on a CUDA tensor: cuda-vec where
-    ``tileflip.tuning.prefers_vec_permute`` says so and cuda-python is installed, else the Triton
-    kernels; on a CPU tensor as for ``transpose``).
+    Backends: ``"triton"`` (the kernels; on a CPU tensor only under the interpreter), ``"torch"``
+    (``out.copy_(x.permute(dims))``) and ``"auto"`` (as for ``transpose``).
     """
     if torch.compiler.is_compiling():
         dims = list(dims) if isinstance(dims, (tuple, list)) else dims
@@ -338,8 +334,7 @@ def _permute(x, dims, out, backend):
     dims = plan.check_perm(dims, x.dim())
     if not isinstance(backend, str) or backend not in PERMUTE_BACKENDS:
         raise ValueError(f"backend must be one of {PERMUTE_BACKENDS} for permute, got {backend!r}")
-    # The tuning table's auto choice is for 2-D cases; an N-D permute on a GPU runs the Triton kernels or,
-    # where the plan says so, the CUDA vec kernel (below).
+    # The tuning table's auto choice is for 2-D cases; an N-D permute on a GPU runs the Triton kernels.
     chosen = resolve_backend(x, "triton" if backend == "auto" and x.device.type == "cuda" else backend)
     out_shape = tuple(x.shape[d] for d in dims)
     if out is None:
@@ -352,42 +347,8 @@ def _permute(x, dims, out, backend):
         out.copy_(x.permute(dims))
         return out
     p = _plan_permute(tuple(x.shape), tuple(x.stride()), dims, x.element_size())
-    if chosen == "cuda-vec" or (backend == "auto" and chosen == "triton" and x.is_cuda
-                                and tuning.prefers_vec_permute(p, x.element_size()) and _has_cuda_python()):
-        go = tuning.vec_permute_launch(p, x.element_size())
-        if go is None:
-            raise ValueError(f"backend='cuda-vec' cannot take this permute: {vec_permute_refusal(p, x.element_size())} "
-                             "(backend='auto' picks a kernel that can)")
-        from tileflip.kernels import cuda_permute
-
-        _on_device_of(x, cuda_permute.launch, x, out, p, go)
-        return out
     _on_device_of(x, _run_permute, x, out, p)
     return out
-
-
-def vec_permute_refusal(p, element_size: int) -> str | None:
-    """Why the ``cuda-vec`` permute cannot take plan ``p`` (None: it can; ``tuning.vec_permute_launch``)."""
-    if tuning.vec_permute_launch(p, element_size) is not None:
-        return None
-    if element_size not in (1, 2):
-        return f"it moves 1- and 2-byte elements, got {element_size}-byte ones"
-    if p.kind != "tiles":
-        return f"it serves plans of kind 'tiles' (an inner dimension moved), this one is {p.kind!r}"
-    return ("it needs a contiguous input run of at least "
-            f"{tuning.VEC_PERMUTE_ROW_BYTES} bytes and an output run of at least {tuning.VEC_PERMUTE_MIN_ROWS} "
-            "elements, with indices below 2**31 (`tileflip plan` shows the runs)")
-
-
-@lru_cache(maxsize=1)
-def _has_cuda_python() -> bool:
-    """Whether the optional cuda-python bindings (the ``tileflip[cuda]`` extra) are installed."""
-    import importlib.util
-
-    try:
-        return importlib.util.find_spec("cuda.bindings") is not None
-    except ModuleNotFoundError:  # no ``cuda`` package at all
-        return False
 
 
 _plan_permute = lru_cache(maxsize=256)(plan.plan_permute)  # a call's arguments here are all tuples and ints

@@ -106,10 +106,9 @@ def launch(x: torch.Tensor, out: torch.Tensor, variant: str) -> None:
     launch_known(x, out, M, N, sxm, sxn, x.get_device(), variant)
 
 
-def kernel_on(device: int, name: str, path: Path = CU_FILE):
-    """The handle of kernel ``name`` of the .cu file ``path`` (transpose.cu unless given) on ``device``,
-    with this thread's context made ready for a launch there (the first time on each thread and device).
-    Kernel names are unique across the backend's files."""
+def kernel_on(device: int, name: str):
+    """The handle of transpose.cu's kernel ``name`` on ``device``, with this thread's context made ready
+    for a launch there (the first time on each thread and device)."""
     params = _params
     if device not in params.ready:
         # First launch on this thread and device: a thread that never touched the CUDA runtime has no
@@ -120,7 +119,7 @@ def kernel_on(device: int, name: str, path: Path = CU_FILE):
     key = (name, device)
     kernel = _handles.get(key)
     if kernel is None:
-        kernel = _handles[key] = nvrtc.get_kernel(path, name, device, _arch(device))
+        kernel = _handles[key] = nvrtc.get_kernel(CU_FILE, name, device, _arch(device))
     return kernel
 
 

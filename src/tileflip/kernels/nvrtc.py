@@ -3,10 +3,9 @@
 Everything goes through NVIDIA's ``cuda-python`` (``cuda.bindings``), imported lazily so that this module
 imports without it; the ``tileflip[cuda]`` extra installs it together with the NVRTC library.
 
-* ``compile_cubin(path, arch)`` turns one .cu file into a cubin for ``sm_<arch>``; the headers it includes
-  with ``#include "name"`` are read from its directory and handed to NVRTC by name. The result is stored
+* ``compile_cubin(path, arch)`` turns one .cu file into a cubin for ``sm_<arch>``. The result is stored
   under ``$TILEFLIP_CACHE_DIR/cuda`` (default ``~/.cache/tileflip/cuda``) as ``<sha256>.cubin``, the hash
-  covering everything that changes the binary (the headers too), so other processes skip NVRTC entirely.
+  covering everything that changes the binary, so other processes skip NVRTC entirely.
 * ``get_kernel(path, name, device, arch)`` loads a cubin with ``cuLibraryLoadData``, whose libraries are
   not tied to a CUDA context, and returns the kernel handle; handles are cached per process.
 * ``launch(kernel, grid, block, stream, params)`` calls ``cuLaunchKernel`` with laid-out parameters.
@@ -18,13 +17,12 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
 import tempfile
 import threading
 from pathlib import Path
 
 # Changing the compile pipeline in a way the other key parts do not capture must bump this.
-_CACHE_FORMAT = "tileflip-nvrtc-cubin-2"
+_CACHE_FORMAT = "tileflip-nvrtc-cubin-1"
 BASE_OPTIONS = ("-std=c++17",)
 
 _libraries: dict[tuple, object] = {}  # (path, arch) -> CUlibrary, never unloaded
@@ -102,46 +100,19 @@ def cache_dir() -> Path:
     return base / "cuda"
 
 
-def cache_key(source: bytes, name: str, options: list[str], headers: dict[str, bytes] | None = None) -> str:
-    """The cubin's identity: source text, program name, every option (the arch among them), NVRTC version,
-    and each included header's name and text."""
+def cache_key(source: bytes, name: str, options: list[str]) -> str:
+    """The cubin's identity: source text, program name, every option (the arch among them), NVRTC version."""
     major, minor = nvrtc_version()
     h = hashlib.sha256()
     for part in (_CACHE_FORMAT, f"nvrtc-{major}.{minor}", name, *options):
         h.update(part.encode() + b"\0")
     h.update(source)
-    for header, text in sorted((headers or {}).items()):
-        h.update(b"\0" + header.encode() + b"\0" + hashlib.sha256(text).digest())
     return h.hexdigest()
 
 
-_INCLUDE = re.compile(rb'^\s*#\s*include\s*"([^"]+)"', re.MULTILINE)
-
-
-def local_headers(path) -> dict[str, bytes]:
-    """The headers a .cu file includes with ``#include "name"``, and theirs, read from its directory:
-    {name: text}. A name that is not there raises FileNotFoundError naming it."""
-    path = Path(path)
-    found: dict[str, bytes] = {}
-    pending = [path.read_bytes()]
-    while pending:
-        for match in _INCLUDE.finditer(pending.pop()):
-            name = match.group(1).decode()
-            if name not in found:
-                header = path.parent / name
-                if not header.is_file():
-                    raise FileNotFoundError(f"{path.name} includes {name!r}, which is not in {path.parent}")
-                found[name] = header.read_bytes()
-                pending.append(found[name])
-    return found
-
-
-def _nvrtc_compile(source: bytes, name: str, options: list[str], headers: dict[str, bytes] | None = None) -> bytes:
+def _nvrtc_compile(source: bytes, name: str, options: list[str]) -> bytes:
     _, nvrtc = _bindings()
-    names = sorted(headers or {})
-    texts = [headers[n] for n in names]
-    prog = _check("nvrtcCreateProgram", nvrtc.nvrtcCreateProgram(source, name.encode(), len(names), texts,
-                                                                  [n.encode() for n in names]))
+    prog = _check("nvrtcCreateProgram", nvrtc.nvrtcCreateProgram(source, name.encode(), 0, [], []))
     try:
         status, *_ = nvrtc.nvrtcCompileProgram(prog, len(options), [o.encode() for o in options])
         if int(status) != 0:
@@ -162,14 +133,13 @@ def compile_cubin(path, arch: int, *, extra_options=(), use_cache: bool = True) 
     """The cubin of the .cu file ``path`` for ``sm_<arch>``, from the disk cache or freshly compiled."""
     path = Path(path)
     source = path.read_bytes()
-    headers = local_headers(path)
     options = compile_options(arch, extra_options)
-    target = cache_dir() / f"{cache_key(source, path.name, options, headers)}.cubin"
+    target = cache_dir() / f"{cache_key(source, path.name, options)}.cubin"
     if use_cache and target.is_file():
         cubin = target.read_bytes()
         if cubin[:4] == b"\x7fELF":
             return cubin
-    cubin = _nvrtc_compile(source, path.name, options, headers)
+    cubin = _nvrtc_compile(source, path.name, options)
     if use_cache:
         _write_atomically(target, cubin)
     return cubin
