@@ -10,7 +10,8 @@ sizes, as digits, that take the 2-D table's large tile as ``tuning.PERMUTE_TILES
 every vector under 16 bytes, WIDE_LOAD_STEP off: its halvings,
 warps, and 0 to keep its int64 offsets), ``warps`` (num_warps) and ``area`` (a factor on the large
 tile's area: 0.5 halves the larger side; with ``warps`` or ``area`` the narrow rule and TILES_4B are
-off), ``mreg`` (a register cap on full-vector tile launches, ``tuning.PERMUTE_MAXNREG``) with
+off), ``ta`` / ``tb`` (the tile's A and B caps, the config's block_n and block_m, in place of ``area``),
+``mreg`` (a register cap on full-vector tile launches, ``tuning.PERMUTE_MAXNREG``) with
 ``mregsize`` (only that element size), ``short`` (``tuning.SHORT_RUN_BYTES``; 0 turns ``short_kept_run`` off),
 ``bgrow`` / ``contig`` (0 or 1:
 ``tuning.FOLD_B_FIRST`` / ``FOLD_CONTIG``) and ``kept`` (with ``area`` or ``warps``: 1 applies them to kept
@@ -18,10 +19,12 @@ tiles only, 0 to transposed tiles only; ``area`` above 1 doubles the smaller sid
 (``tuning.WHOLE_B_WASTE``), ``flat`` / ``flatel`` / ``flatw`` (``tuning.ROWS_FLAT``, its elements per program
 and warps), ``vrun`` / ``vrunall`` / ``evict`` / ``magic`` (0 or 1: ``tuning.VECTOR_RUNS`` /
 ``VECTOR_RUNS_TILE_ALL`` / ``PERMUTE_EVICT_LAST`` / ``PERMUTE_MAGIC``).
-Prints one line per case and a summary per variant.
+Prints one line per case and a summary per variant. ``PERMUTE_CASES`` (space-separated pieces of case
+labels, e.g. ``"23x21x112 1792x50"``) keeps only the cases whose label contains one of them.
 """
 
 import json
+import os
 import statistics
 import sys
 
@@ -78,7 +81,7 @@ def apply(opts: dict) -> None:
         tuning.NARROW_STEPS = ((tuning.VECTOR_BYTES, halvings, warps, bool(opts.get("noff32", 1))),)
     else:
         tuning.NARROW_STEPS = NARROW_STEPS
-    if "area" not in opts and "warps" not in opts:
+    if not {"area", "warps", "ta", "tb"} & set(opts):
         tuning.permute_config = BASE_CONFIG
     else:
 
@@ -100,6 +103,7 @@ def apply(opts: dict) -> None:
                 else:
                     bn *= 2
                 area /= 2
+            bm, bn = int(opts.get("tb", bm)), int(opts.get("ta", bn))
             return c._replace(block_m=bm, block_n=bn, num_warps=int(opts.get("warps", c.num_warps)))
 
         tuning.permute_config = config
@@ -109,6 +113,8 @@ def apply(opts: dict) -> None:
 def main(out_path: str, specs: list[str]) -> None:
     variants = [parse(s) for s in specs]
     cases = bench.suite_cases("permute") + bench.suite_cases("permute-random")
+    if os.environ.get("PERMUTE_CASES"):
+        cases = [c for c in cases if any(piece in c.label for piece in os.environ["PERMUTE_CASES"].split())]
     records = []
     for case in cases:
         x = bench._make_input(case)

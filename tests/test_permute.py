@@ -614,7 +614,8 @@ def test_offset_width_follows_the_measured_rule(shape, dims, element_size, offse
     "shape,dims,blocks,warps",
     [
         ((48, 384, 32, 38), (0, 2, 3, 1), (64, 64), 16),  # 16-byte vectors: half the 2-D tile (TILES_4B)
-        ((23, 21, 112, 32, 16), (2, 1, 4, 3, 0), (64, 64), 16),  # 4-byte store vectors: TILES_4B
+        ((23, 21, 112, 32, 16), (2, 1, 4, 3, 0), (64, 64), 16),  # 16-byte vectors once widened: TILES_4B
+        ((38, 17, 20, 13, 14, 13), (3, 5, 1, 2, 4, 0), (64, 32), 4),  # 4-byte load vectors: TILES_4B's own tile
         ((124, 24, 84, 12, 16), (3, 2, 0, 1, 4), (64, 128), 16),  # inner dimension kept: the 2-D tile
     ],
 )

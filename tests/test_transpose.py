@@ -337,6 +337,49 @@ def test_gather_kernel_divisions(M, view, device, backend):
     assert_bits_equal(out, x.t())
 
 
+@pytest.mark.parametrize("device,backend", device_backends(cpu=("triton-gather",), gpu=("triton-gather", "auto")))
+@pytest.mark.parametrize("dtype", [torch.int8, torch.bfloat16, torch.float32, torch.float64])
+@pytest.mark.parametrize("view", ["contiguous", "offset", "sliced", "expanded", "transposed"])
+def test_gather_two_rows(dtype, view, device, backend):
+    """The gather kernel's two-row form (each row read along itself, the pair interleaved in registers) is
+    exact for every element size on rows at any offset, strided columns, a stride-0 row and a transposed
+    input, with a masked last program (1037 columns)."""
+    base = random_bits((6, 2 * 1037 + 9), dtype, device, seed=len(view))
+    x = {"contiguous": base[:2, :1037], "offset": base[3:5, 1:1038], "sliced": base[1::3, 3::2][:, :1037],
+         "expanded": base[4:5, 5:1042].expand(2, 1037),
+         "transposed": base.t().contiguous().t()[:2, :1037]}[view]  # fmt: skip
+    out = poisoned(x.shape[::-1], dtype, device)
+    tileflip.transpose(x, out, backend=backend)
+    assert_bits_equal(out, x.t())
+
+
+@pytest.mark.parametrize("M", [2, 3, 33])
+@without_interpreter
+def test_gather_full_programs_move_vectors(M):
+    """Compiled for sm_90 as a bf16 M x 100000 launch specializes it (``total`` unspecialized): the full
+    programs' branch stores each thread's 8 output elements as one 16-byte vector (the last program's,
+    masked by the unspecialized ``total``, one element at a time); with two rows the loads are vectors
+    too (2 a branch), with more they gather one element a lane (8 a branch)."""
+    import re
+
+    from tileflip.kernels import triton_transpose
+    from tileflip.kernels.triton_layout import compile_launch
+
+    _, _, scalars = triton_transpose._gather_class(M, 100000, 100000, 1, M, 2, 0, 0, 0)
+    names = ("M", "N", "stride_xm", "stride_xn", "stride_om", "total", "magic", "shift")
+    constexprs = dict(zip(("BLOCK", "INDEX_64", "MAGIC", "OUT_DENSE", "SHORT_M"), scalars[8:]))
+    assert constexprs["OUT_DENSE"] and constexprs["BLOCK"] == 8 * 32 * triton_transpose.GATHER_WARPS
+    args = dict(zip(names, scalars[:8]), x_ptr=None, out_ptr=None)
+    ptx = compile_launch(triton_transpose.transpose_gather_kernel, args, constexprs,
+                         triton_transpose.GATHER_WARPS, "*u16").asm["ptx"]  # fmt: skip
+    loads, stores = re.findall(r"ld\.global\S*", ptx), re.findall(r"st\.global\S*", ptx)
+    assert stores.count("st.global.v4.b32") == 1 and stores.count("st.global.b16") == 8, stores
+    if M == 2:
+        assert len(loads) == 4 and all(".v2." in op for op in loads), loads
+    else:
+        assert len(loads) == 16 and not any(".v" in op for op in loads), loads
+
+
 @pytest.mark.parametrize("device,backend", device_backends(gpu=("triton",)))
 @pytest.mark.parametrize("interior", [1, 0])
 @pytest.mark.parametrize("view", ["sliced", "transposed", "expanded"])

@@ -223,13 +223,18 @@ NARROW_STEPS = ((3, 2, 4, True), (VECTOR_BYTES, 1, 8, False))
 # and 0.96) and slower on the other four (int8 (7,46,...) 0.59, (60,2816,416) 0.76, (11,39,...) 0.29,
 # bf16 (39,28,...) 1.00): not taken.
 WIDE_LOAD_STEP = (VECTOR_BYTES, 2, 8, True)
-# Transposed tiles (kind tiles) of 4-byte elements whose narrower side moves 4 or 16 bytes: half the 2-D
-# tile's area on 16 warps, in place of the 2-D tile (16-byte vectors) or the narrow step's tile and warps
-# (4-byte vectors; its int64 offsets are kept). Measured on the permute suites, H200, 2026-12-01 (benchmarks/results/
-# experiments/h200-2026-12-01-permute-variants-warps-area.json, variant a05 against base): faster on
-# all 4 suite cases with 16-byte vectors (+0.1 to +2.3 points of copy); with 4-byte vectors on one
-# side faster on 2 of 3 (+4.0, +5.4; -4.4 on (38,17,20,13,14,13), under 75% either way).
-TILES_4B = {4: 1, 16: 1}  # narrower side's vector bytes -> halvings of the 2-D tile (16 warps kept)
+# Transposed tiles (kind tiles) of 4-byte elements whose narrower side moves 4 or 16 bytes: a tile of
+# their own, in place of the 2-D tile (16-byte vectors) or the narrow step's tile and warps (4-byte
+# vectors; its int64 offsets are kept). 16-byte vectors: half the 2-D tile's area on 16 warps, measured on
+# the permute suites, H200, 2026-12-01 (benchmarks/results/experiments/
+# h200-2026-12-01-permute-variants-warps-area.json, variant a05 against base): faster on all 4 suite cases
+# (+0.1 to +2.3 points of copy). 4-byte vectors (all three suite cases load them): 32 (A) x 64 (B) on 4
+# warps, session 13 runs 2 and 3 (experiments/h200-2026-12-01-permute-variants-tiles4b-s13run{2,3}.json,
+# variant a32b64w4 against the earlier 64 x 64 on 16 warps): fp32 (38,17,20,13,14,13) 0.71 -> 0.76 and
+# 0.72 -> 0.77 of copy, (62,10,8,32,44,3) 0.94 -> 0.93 in both runs, (4,18,34,33,27,21) 0.90 -> 0.89;
+# 32 x 128 on 4 warps reached 0.79 on the first but lost 3 points on (62,10,...), 32 x 32 and 64 x 32
+# lost 20 to 30 points on two of the three.
+TILES_4B = {4: (64, 32, 4), 16: (64, 64, 16)}  # narrower side's vector bytes -> (B, A, warps)
 # Warps of a transposed tile of 16-byte vectors that spans a whole first dimension (``_axis_block``: e.g.
 # 256 channels, a 64x256 tile), by element size. Measured on the permute suites, H200, 2026-12-01
 # (experiments/h200-2026-12-01-permute-variants-warps-area.json, variant w4 against base): the three
@@ -575,9 +580,9 @@ def permute_config(element_size: int, vector_bytes: int = VECTOR_BYTES, kept: bo
     transposed tile, else a half tile on 8 warps, a quarter on 4 under 3 bytes. Transposed (not
     ``kept``) 4-byte tiles follow TILES_4B where it has an entry."""
     config = PERMUTE_TILES[element_size]
-    halvings = tiles_4b(element_size, vector_bytes, kept)
-    if halvings is not None:
-        return _halve(config, halvings)
+    tile = tiles_4b(element_size, vector_bytes, kept)
+    if tile is not None:
+        return config._replace(block_m=tile[0], block_n=tile[1], num_warps=tile[2])
     step = narrow_step(vector_bytes, load_bytes, kept, element_size)
     if step is None:
         return config._replace(maxnreg=PERMUTE_MAXNREG.get(element_size, 0))
@@ -585,8 +590,8 @@ def permute_config(element_size: int, vector_bytes: int = VECTOR_BYTES, kept: bo
     return _halve(config, halvings)._replace(num_warps=warps)
 
 
-def tiles_4b(element_size: int, vector_bytes: int, kept: bool) -> int | None:
-    """TILES_4B's halvings for a launch it covers (transposed 4-byte tiles), else None."""
+def tiles_4b(element_size: int, vector_bytes: int, kept: bool) -> tuple | None:
+    """TILES_4B's (B, A, warps) for a launch it covers (transposed 4-byte tiles), else None."""
     if kept or element_size != 4:
         return None
     return TILES_4B.get(vector_bytes)

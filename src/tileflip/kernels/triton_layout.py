@@ -100,7 +100,8 @@ def compile_launch(fn, args: dict, constexprs: dict, num_warps: int, pointer_typ
 
     ``args`` maps each runtime parameter to its value: pointers as ``None`` (typed ``pointer_type``, e.g.
     ``"*u16"``, and 16-byte aligned, as torch allocates), ints and tuples of ints as the launch passes
-    them (Triton's own specialization: i32 or i64, the constant 1, divisibility by 16). ``maxnreg``
+    them (Triton's own specialization: i32 or i64, the constant 1, divisibility by 16, none of the last two
+    for the kernel's ``do_not_specialize`` arguments). ``maxnreg``
     caps registers per thread (0: no cap), as the launch's own option does.
     """
     from triton._C.libtriton import native_specialize_impl
@@ -108,6 +109,7 @@ def compile_launch(fn, args: dict, constexprs: dict, num_warps: int, pointer_typ
     from triton.runtime.jit import find_paths_if, get_iterable_path
 
     fn = _jit_function(fn)
+    unspecialized = {p.name for p in fn.params if p.do_not_specialize}
     values, types, hints = [], [], []
     for name in fn.arg_names:
         if name in constexprs:
@@ -119,7 +121,8 @@ def compile_launch(fn, args: dict, constexprs: dict, num_warps: int, pointer_typ
             types.append(pointer_type)
             hints.append("D")
         else:
-            kind, hint = native_specialize_impl(BaseBackend, args[name], False, True, True)
+            # as the launch does: a do_not_specialize argument is typed by range only (no 1, no divisibility)
+            kind, hint = native_specialize_impl(BaseBackend, args[name], False, name not in unspecialized, True)
             values.append(args[name])
             types.append(kind)
             hints.append(hint)
