@@ -2,7 +2,8 @@
 permute (an experiment helper: what bounds the random suite's slow cases).
 
 ``python benchmarks/permute_ncu.py OUT.json [DTYPE:AxBxC:p,q,r ...]`` (GPU, ``ncu`` on the PATH); without
-cases, the random suite's cases under 75% of copy in session 11 and two fast ones for reference. ncu
+cases, the random suite's cases under 75% of copy in session 11 and two fast ones for reference (a 2-D case,
+``int8:16384x16384:1,0``, runs tileflip's 2-D transpose kernel through the permute's plan). ncu
 profiles one launch of each kernel after a warm-up; the JSON holds, per case and kernel, the metrics below
 (raw values as ncu reports them, with their units).
 """
@@ -42,7 +43,7 @@ CASES = [
     "int8:11x8x80x264x44:1,0,2,4,3", "bfloat16:32x48x47x18x10x3:0,4,1,3,5,2", "float32:38x17x20x13x14x13:3,5,1,2,4,0",
     "int8:64x80x208x64:1,3,0,2", "float32:132x36x40x164:3,2,1,0",
 ]  # fmt: skip
-KERNELS = "regex:permute_|triton_"
+KERNELS = "regex:permute_|triton_|transpose_"  # tileflip's permute and 2-D kernels, torch.compile's
 # Printed per launch (short name -> metric); the JSON holds all of METRICS.
 SHOWN = {
     "us": "gpu__time_duration.sum", "dram%": "dram__throughput.avg.pct_of_peak_sustained_elapsed",

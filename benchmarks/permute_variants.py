@@ -18,7 +18,8 @@ off), ``ta`` / ``tb`` (the tile's A and B caps, the config's block_n and block_m
 tiles only, 0 to transposed tiles only; ``area`` above 1 doubles the smaller side), ``wholeb``
 (``tuning.WHOLE_B_WASTE``), ``flat`` / ``flatel`` / ``flatw`` (``tuning.ROWS_FLAT``, its elements per program
 and warps), ``vrun`` / ``vrunall`` / ``evict`` / ``magic`` (0 or 1: ``tuning.VECTOR_RUNS`` /
-``VECTOR_RUNS_TILE_ALL`` / ``PERMUTE_EVICT_LAST`` / ``PERMUTE_MAGIC``).
+``VECTOR_RUNS_TILE_ALL`` / ``PERMUTE_EVICT_LAST`` / ``PERMUTE_MAGIC``), ``aout`` (0 or 1:
+``tuning.FOLD_A_OUTPUT_ORDER``).
 Prints one line per case and a summary per variant. ``PERMUTE_CASES`` (space-separated pieces of case
 labels, e.g. ``"23x21x112 1792x50"``) keeps only the cases whose label contains one of them.
 """
@@ -48,7 +49,7 @@ SCALARS = {
     "flatw": ("ROWS_FLAT_WARPS", int), "bfast": ("B_FAST_RULE", bool), "narrow": ("NARROW_RULE", bool),
     "short": ("SHORT_RUN_BYTES", int), "off32": ("OFFSETS32_RULE", bool), "vrun": ("VECTOR_RUNS", bool),
     "vrunall": ("VECTOR_RUNS_TILE_ALL", bool), "evict": ("PERMUTE_EVICT_LAST", bool),
-    "magic": ("PERMUTE_MAGIC", bool),
+    "magic": ("PERMUTE_MAGIC", bool), "aout": ("FOLD_A_OUTPUT_ORDER", bool),
 }  # fmt: skip
 DEFAULTS = {key: getattr(tuning, attr) for key, (attr, _) in SCALARS.items()}
 # The 2-D table's large-class tiles (area and warps; the permute kernel has its own order and orientation).

@@ -153,7 +153,8 @@ def _auto(element_size: int, cls: str) -> str:
 # so that the planner's explanations show what the launcher runs.
 #
 # The rows and tiles kinds run one kernel on a BLOCK_B x BLOCK_A tile. Axis A is built from the input's
-# fastest dimensions (in input-stride order), axis B from the output's fastest (in output order), each
+# fastest dimensions (in input-stride order; past a tile width of run, in output order: ``fold_axes``),
+# axis B from the output's fastest (in output order), each
 # of up to MAX_AXIS_DIMS merged dimensions folded into one linear index; the remaining dimensions are
 # the batch, decoded once per program. A tile's row and column offsets are decoded once per row and
 # per column vector (``//`` and ``%`` by runtime sizes, int32), never per element, so short runs cost
@@ -176,6 +177,15 @@ FOLD_B_FIRST = True
 # 540-element run instead of 30 elements and a far dimension: 0.34 -> 0.43 of copy. (Without the "may
 # still take" bound it also moved int8 (28,86,14,2,40,28), 0.59 -> 0.54.)
 FOLD_CONTIG = True
+# fold_axes: a transposed tile's A takes, once its input run spans a tile width, the dimensions in output
+# order (innermost first) instead of input-stride order, so that A's rows are consecutive output rows
+# where they can be, as in torch.compile's kernel for fp32 (23,21,112,32,16) (2,1,4,3,0), whose rows
+# run over the output's (16, 21, 112) where A held (16, 112) (False: input-stride order). Measured on the
+# permute suites, H200, 2026-12-01 session 13 run 4 (experiments/h200-2026-12-01-permute-variants-aout-
+# s13run4.json, twice each, interleaved): it changes 4 suite launches, fp32 (38,17,20,13,14,13) 0.76 ->
+# 0.86 of copy, (23,21,112,32,16) 0.89 -> 0.95 (torch.compile 0.93-0.94 in runs 1 and 8 of sessions
+# 13 and 12), int8 (11,8,80,264,44) 0.68 -> 0.78, fp32 (62,10,8,32,44,3) 0.93 -> 0.94.
+FOLD_A_OUTPUT_ORDER = True
 # fold_axes: a transposed tile's B holds only the output's fastest dimension when the output's next one is
 # A's first (nothing can continue B's output run) and it spans a quarter to one tile width with at most
 # this fraction of its power-of-two block masked (0: off; B folds as A does). A program then writes one
@@ -380,7 +390,8 @@ def fold_axes(sizes, in_strides, kept: bool, cap_a: int, cap_b: int) -> tuple[tu
     """Split merged dimensions into axis A (input-fastest first), axis B (output-fastest first) and batch.
 
     Both axes start from their side's fastest dimension; then, one dimension at a time and turn about
-    (B first: FOLD_B_FIRST), each axis takes its side's next fastest dimension while it spans fewer than
+    (B first: FOLD_B_FIRST), each axis takes its side's next fastest dimension (for a transposed tile's A,
+    once its input run spans a tile width, the output's next: FOLD_A_OUTPUT_ORDER) while it spans fewer than
     FOLD_FACTOR tile widths (and holds fewer than MAX_AXIS_DIMS), passing over one that only continues the
     other axis's run (FOLD_CONTIG); B may hold one whole dimension alone (WHOLE_B_WASTE). Dimensions of
     input stride 0 stay in the batch. The batch is ordered innermost (output order) first, and folded
@@ -393,7 +404,7 @@ def fold_axes(sizes, in_strides, kept: bool, cap_a: int, cap_b: int) -> tuple[tu
         a_order = [last] + by_stride
         b_order = [i for i in range(last - 1, -1, -1)]
     else:
-        a_order = by_stride
+        a_order = _a_output_order(sizes, in_strides, by_stride, cap_a) if FOLD_A_OUTPUT_ORDER else by_stride
         b_order = list(range(last, -1, -1))
     a_dims, b_dims = [a_order[0]], [] if kept else [last]
     if kept and n > 1:
@@ -460,6 +471,19 @@ def fold_axes(sizes, in_strides, kept: bool, cap_a: int, cap_b: int) -> tuple[tu
     while len(batch) > MAX_BATCH_DIMS:  # only when both axes are full: rank 8 with all axes at 4 cannot happen
         b_dims.append(batch.pop(0))
     return tuple(a_dims), tuple(b_dims), tuple(batch)
+
+
+def _a_output_order(sizes, in_strides, by_stride, cap_a: int) -> list:
+    """A transposed tile's A candidates for FOLD_A_OUTPUT_ORDER: the input's fastest dimension and those
+    that continue its contiguous run until it spans a tile width (``cap_a``), then the others (of
+    non-zero input stride) in output order, innermost first."""
+    order, run = [by_stride[0]], sizes[by_stride[0]]
+    for d in by_stride[1:]:
+        if in_strides[d] != run or run >= cap_a:
+            break
+        order.append(d)
+        run *= sizes[d]
+    return order + [d for d in range(len(sizes) - 2, -1, -1) if d not in order and in_strides[d] > 0]
 
 
 def _axis_block(size: int, first: int, cap: int) -> int:
