@@ -186,6 +186,9 @@ FOLD_CONTIG = True
 # 0.86 of copy, (23,21,112,32,16) 0.89 -> 0.95 (torch.compile 0.93-0.94 in runs 1 and 8 of sessions
 # 13 and 12), int8 (11,8,80,264,44) 0.68 -> 0.78, fp32 (62,10,8,32,44,3) 0.93 -> 0.94.
 FOLD_A_OUTPUT_ORDER = True
+# (Its mirror, B taking the input's order once it spans a tile width of output, changed 2 suite launches and
+# lost on both: bf16 (21,23,45,11,12,42) 0.84 -> 0.81, int8 (64,80,208,64) 0.97 -> 0.67; run 5,
+# experiments/h200-2026-12-01-permute-variants-bin-s13run5.json.)
 # fold_axes: a transposed tile's B holds only the output's fastest dimension when the output's next one is
 # A's first (nothing can continue B's output run) and it spans a quarter to one tile width with at most
 # this fraction of its power-of-two block masked (0: off; B folds as A does). A program then writes one
