@@ -279,7 +279,7 @@ ROWS_FLAT_WARPS = 4
 # 0.84 -> 0.88, bf16 (8,82,18,36,94) 0.92 -> 0.95; fp32 (38,17,20,13,14,13) 0.71 -> 0.69 (0.72 -> 0.70 in
 # the run before). With the tile following every widening (v1), int8 (7,46,8,72,38,10) fell 0.83 -> 0.64
 # (0.85 as it is). The bench before and after agrees: session 9 run 9 against session 10 run 9
-# (results/h200-2026-12-01-permute-random-s9run9.json and -permute-random.json): 0.58 -> 0.66, 0.44 -> 0.47,
+# (results/h200-2026-12-01-permute-random-s9run9.json and -s10run9.json): 0.58 -> 0.66, 0.44 -> 0.47,
 # 0.84 -> 0.89, 0.86 -> 0.90, 0.93 -> 0.96 on the cases above, fp32 (38,17,20,13,14,13) 0.72 -> 0.70.
 VECTOR_RUNS = True
 VECTOR_RUNS_TILE_ALL = False
