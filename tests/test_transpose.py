@@ -382,60 +382,6 @@ def test_gather_full_programs_move_vectors(M):
 
 @pytest.mark.parametrize("device,backend", device_backends(gpu=("triton",)))
 @pytest.mark.parametrize("interior", [1, 0])
-@pytest.mark.parametrize("view", ["contiguous", "tails", "sliced", "offset", "odd_rows", "odd_cols", "byte_offset",
-                                  "transposed"])
-def test_pack4_tile(view, interior, device, backend):
-    """1-byte tiles moved as 4 x 4-byte sub-tiles (``pack4``) are exact on full and partial tiles, strided
-    rows and 4-byte offsets; where a call is not whole words (an odd size, a 1-byte offset, a transposed
-    input) the same tile moves byte by byte, exact too."""
-    from tileflip.kernels import triton_transpose
-    from tileflip.tuning import TileConfig
-
-    base = random_bits((200, 300), torch.int8, device, seed=len(view) + interior)
-    x = {"contiguous": base[:128, :256], "tails": base[:68, :100], "sliced": base[::2, 4:260],
-         "offset": base[4:72, 8:108], "odd_rows": base[:67, :100], "odd_cols": base[:68, :99],
-         "byte_offset": base[:68, 1:101], "transposed": base.t()[:100, :68]}[view]  # fmt: skip
-    out = poisoned(x.shape[::-1], torch.int8, device)
-    applies = triton_transpose.pack4_applies(*x.shape, *x.stride(), out.stride(0), 1, x.data_ptr(), out.data_ptr())
-    assert applies == (view in ("contiguous", "tails", "sliced", "offset"))
-    triton_transpose.launch(x, out, TileConfig(32, 64, 4, 0, interior, pack4=1))
-    assert_bits_equal(out, x.t())
-
-
-def test_pack4_applies_only_to_whole_words():
-    from tileflip.kernels.triton_transpose import pack4_applies
-
-    assert pack4_applies(64, 128, 128, 1, 64, 1, 0, 0)
-    assert not pack4_applies(64, 128, 128, 1, 64, 2, 0, 0)  # 2-byte elements
-    assert not pack4_applies(62, 128, 128, 1, 62, 1, 0, 0)  # rows not a multiple of 4: output rows of 62 bytes
-    assert not pack4_applies(64, 126, 128, 1, 64, 1, 0, 0)
-    assert not pack4_applies(64, 128, 130, 1, 64, 1, 0, 0)  # input rows 130 bytes apart
-    assert not pack4_applies(64, 128, 128, 2, 64, 1, 0, 0)
-    assert not pack4_applies(64, 128, 128, 1, 64, 1, 2, 0) and not pack4_applies(64, 128, 128, 1, 64, 1, 0, 1)
-
-
-@pytest.mark.parametrize("pack4", [0, 1])
-@without_interpreter
-def test_pack4_moves_shared_memory_in_words(pack4):
-    """Compiled for sm_90: the int8 tile's passage through shared memory stores one byte an access; with
-    pack4, 4-byte words, and the global accesses stay 16-byte vectors."""
-    import re
-
-    from tileflip.kernels import triton_transpose
-    from tileflip.tuning import TileConfig
-
-    ptx = triton_transpose.compile_for_target(1, TileConfig(128, 256, 16, 0, 0, pack4=pack4)).asm["ptx"]
-    shared_stores = re.findall(r"st\.shared\S*", ptx)
-    assert re.findall(r"ld\.global\S*", ptx) and all(".v4." in op for op in re.findall(r"ld\.global\S*", ptx))
-    assert all(".v4." in op for op in re.findall(r"st\.global\S*", ptx))
-    if pack4:
-        assert shared_stores and not any(op.endswith((".b8", ".u8")) for op in shared_stores), shared_stores
-    else:
-        assert any(op.endswith((".b8", ".u8")) for op in shared_stores), shared_stores
-
-
-@pytest.mark.parametrize("device,backend", device_backends(gpu=("triton",)))
-@pytest.mark.parametrize("interior", [1, 0])
 @pytest.mark.parametrize("view", ["sliced", "transposed", "expanded"])
 def test_output_oriented_tile(view, interior, device, backend):
     """The tile held in the output's orientation (``out_tile=1``, no tl.trans) is exact on tails, interior

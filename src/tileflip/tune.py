@@ -39,9 +39,7 @@ def candidates(element_size: int) -> list[tuning.TileConfig]:
     """Tiles and warps, each in column order (``group_m=0``) and in row order (``group_m=1``) with
     ``tl.trans``, and in column order with the tile in the output's orientation (``out_tile=1``); tiles of
     up to 4096 elements also in torch.compile's form: column order on a 2-D grid (``group_m=-1``), the
-    output's orientation and ``evict_last`` loads. 1-byte tiles also as 4 x 4-byte sub-tiles (``pack4``)
-    in column order, with and without the unmasked interior branch, and in torch.compile's order and
-    ``evict_last`` loads up to 4096 elements."""
+    output's orientation and ``evict_last`` loads."""
     tiles = [(32, 32), (64, 64), (32, 128), (128, 32), (64, 128), (128, 64), (128, 128), (64, 256), (256, 64),
              (128, 256), (256, 128), (32, 256), (256, 32)]  # fmt: skip
     out = []
@@ -54,10 +52,6 @@ def candidates(element_size: int) -> list[tuning.TileConfig]:
                     tuning.TileConfig(bm, bn, w, 0, out_tile=1)]  # fmt: skip
             if bm * bn <= 4096:
                 out.append(tuning.TileConfig(bm, bn, w, -1, 1, 0, 1, 1))
-            if element_size == 1:
-                out += [tuning.TileConfig(bm, bn, w, 0, pack4=1), tuning.TileConfig(bm, bn, w, 0, 0, pack4=1)]
-                if bm * bn <= 4096:
-                    out.append(tuning.TileConfig(bm, bn, w, -1, 1, 0, 0, 1, 1))
     return out
 
 

@@ -32,10 +32,7 @@ class TileConfig(NamedTuple):
     honours it says so) and ``out_tile`` (1: the 2-D kernel holds the tile in the output's orientation,
     loads through transposed addresses and lets the compiler's layout conversion transpose, instead of
     ``tl.trans``) and ``evict_last`` (1: the 2-D kernel's loads carry Triton's ``evict_last`` cache
-    policy, as torch.compile's transposes do) and ``pack4`` (1: 1-byte elements move as 4 x 4-byte
-    sub-tiles, transposed in registers, the tile transposed through shared memory as 32-bit words;
-    where a call's sizes, strides or addresses are not whole words, the same tile moves byte by byte).
-    A tuple, so that hashing it on the launch path is done in C."""
+    policy, as torch.compile's transposes do). A tuple, so that hashing it on the launch path is done in C."""
 
     block_m: int
     block_n: int
@@ -45,7 +42,6 @@ class TileConfig(NamedTuple):
     maxnreg: int = 0
     out_tile: int = 0
     evict_last: int = 0
-    pack4: int = 0
 
 
 DEFAULT_TILES = {

@@ -66,7 +66,7 @@ def _signature(fn, itemsize: int, block_m: int, block_n: int, divisible: bool):
     ptr = "*" + _TRITON_TYPES[itemsize]
     constexpr_names = {fn.arg_names[i] for i in getattr(fn, "constexprs", [])}
     given = {"BLOCK_M": block_m, "BLOCK_N": block_n, "GROUP_M": 1, "INDEX_64": False, "INTERIOR": 1, "OUT_TILE": 0,
-             "EVICT_LAST": 0, "LOOP": 0, "PACK4": 0}
+             "EVICT_LAST": 0, "LOOP": 0}
     signature, constexprs, attrs = {}, {}, {}
     for i, name in enumerate(fn.arg_names):
         if name.endswith("_ptr"):

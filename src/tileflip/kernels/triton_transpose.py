@@ -52,7 +52,6 @@ def transpose_2d_kernel(
     OUT_TILE: tl.constexpr = 0,
     EVICT_LAST: tl.constexpr = 0,
     LOOP: tl.constexpr = 0,
-    PACK4: tl.constexpr = 0,
 ):
     if LOOP:
         # A grid of G programs, fewer than the tiles (``launch_looped``): program p transposes tiles p,
@@ -63,18 +62,18 @@ def transpose_2d_kernel(
             t = tl.program_id(0) + i * tl.num_programs(0)
             if t < grid_m * grid_n:
                 _transpose_tile(x_ptr, out_ptr, t, 0, M, N, stride_xm, stride_xn, stride_om, grid_m, grid_n,
-                                BLOCK_M, BLOCK_N, GROUP_M, INDEX_64, INTERIOR, OUT_TILE, EVICT_LAST, PACK4)  # fmt: skip
+                                BLOCK_M, BLOCK_N, GROUP_M, INDEX_64, INTERIOR, OUT_TILE, EVICT_LAST)  # fmt: skip
     else:
         _transpose_tile(x_ptr, out_ptr, tl.program_id(0), tl.program_id(1), M, N, stride_xm, stride_xn,
                         stride_om, grid_m, grid_n, BLOCK_M, BLOCK_N, GROUP_M, INDEX_64, INTERIOR, OUT_TILE,
-                        EVICT_LAST, PACK4)  # fmt: skip
+                        EVICT_LAST)  # fmt: skip
 
 
 @triton.jit
 def _transpose_tile(
     x_ptr, out_ptr, pid, pid_y, M, N, stride_xm, stride_xn, stride_om, grid_m, grid_n,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr, INDEX_64: tl.constexpr,
-    INTERIOR: tl.constexpr, OUT_TILE: tl.constexpr, EVICT_LAST: tl.constexpr, PACK4: tl.constexpr,
+    INTERIOR: tl.constexpr, OUT_TILE: tl.constexpr, EVICT_LAST: tl.constexpr,
 ):  # fmt: skip
     """Tile number ``pid`` (``pid_y``: the grid's y index, read in the order -1) of the kernel above."""
     # Program order: tileflip.plan.TransposeGrid.tile_of is the same decoding, for the CPU tools.
@@ -105,9 +104,7 @@ def _transpose_tile(
     rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     POLICY: tl.constexpr = "evict_last" if EVICT_LAST else ""
-    if PACK4:
-        _pack4_tile(x_ptr, out_ptr, pid_m, pid_n, M, N, stride_xm, stride_om, BLOCK_M, BLOCK_N, INTERIOR, POLICY)
-    elif OUT_TILE:
+    if OUT_TILE:
         # The tile held in the output's orientation: loaded through transposed addresses and stored as
         # it is; the compiler's layout conversion (coalesced load layout -> coalesced store layout) does
         # the transpose, with no tl.trans. The tuning sweep measures it beside the tl.trans form.
@@ -133,53 +130,6 @@ def _transpose_tile(
             in_mask = (rm[:, None] < M) & (rn[None, :] < N)
             out_mask = (rn[:, None] < N) & (rm[None, :] < M)
             tl.store(out_ptrs, tl.trans(tl.load(in_ptrs, mask=in_mask, eviction_policy=POLICY)), mask=out_mask)
-
-
-@triton.jit
-def _pack4_tile(
-    x_ptr, out_ptr, pid_m, pid_n, M, N, stride_xm, stride_om,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, INTERIOR: tl.constexpr, POLICY: tl.constexpr,
-):  # fmt: skip
-    """One tile of 1-byte elements moved as 4 x 4-byte sub-tiles (``PACK4``): the tile is loaded as 32-bit
-    words, rows in quads (each thread holds a quad's four words of a column), each quad's 4 x 4 bytes
-    transposed in registers with shifts and masks, and the tile of words transposed through shared
-    memory, so that shared memory moves 4 bytes an access where the byte tile's conversion moved one
-    (Nsight Compute on int8 16384^2: 8.7 M shared-store wavefronts for 2.1 M loads, the shared-memory
-    queue a quarter of the stalls; session 13 run 5). Needs M, N, the input's row stride and the output's
-    a multiple of 4, unit column stride and 4-byte aligned tensors (``pack4_applies``)."""
-    BQ: tl.constexpr = BLOCK_M // 4  # row quads: word columns of the output
-    BW: tl.constexpr = BLOCK_N // 4  # word columns of the input: quads of output rows
-    x32 = x_ptr.to(tl.pointer_type(tl.uint32))
-    o32 = out_ptr.to(tl.pointer_type(tl.uint32))
-    q = pid_m * BQ + tl.arange(0, BQ)
-    i = tl.arange(0, 4)
-    w = pid_n * BW + tl.arange(0, BW)
-    in_ptrs = x32 + (4 * q[:, None, None] + i[None, :, None]) * (stride_xm // 4) + w[None, None, :]
-    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    out_ptrs = o32 + rn[:, None] * (stride_om // 4) + q[None, :]
-    if ((pid_m + 1) * BLOCK_M <= M) & ((pid_n + 1) * BLOCK_N <= N) & (INTERIOR != 0):
-        words = tl.load(in_ptrs, eviction_policy=POLICY)
-        tl.store(out_ptrs, _transpose_bytes_4x4(words, BQ, BW))
-    else:
-        # in words (M and N are multiples of 4), so that the masks keep the 16-byte vectors where M and N
-        # are multiples of 16
-        q_in, w_in = q < M // 4, w < N // 4
-        words = tl.load(in_ptrs, mask=q_in[:, None, None] & w_in[None, None, :], eviction_policy=POLICY)
-        tl.store(out_ptrs, _transpose_bytes_4x4(words, BQ, BW), mask=(rn < N)[:, None] & q_in[None, :])
-
-
-@triton.jit
-def _transpose_bytes_4x4(words, BQ: tl.constexpr, BW: tl.constexpr):
-    """[BQ, 4, BW] words (quad q, row i of the quad, word column w: bytes 4w .. 4w+3 of input row 4q+i) ->
-    [4 BW, BQ] words (output row 4w+k, word column q: bytes k of the quad's four words, row i in byte i)."""
-    shift = (8 * tl.arange(0, 4))[None, :, None].to(tl.uint32)
-    # byte k of each row's word, moved to byte i of the quad's output word (disjoint bits: the sum is an or)
-    o0 = tl.sum((words & 255) << shift, axis=1)
-    o1 = tl.sum(((words >> 8) & 255) << shift, axis=1)
-    o2 = tl.sum(((words >> 16) & 255) << shift, axis=1)
-    o3 = tl.sum((words >> 24) << shift, axis=1)
-    by_k = tl.reshape(tl.join(tl.join(o0, o2), tl.join(o1, o3)), [BQ, BW, 4])  # [q, w, k]: join order gives k = 2t + s
-    return tl.reshape(tl.permute(by_k, (1, 2, 0)), [4 * BW, BQ])
 
 
 INT32_LIMIT = 2**31 - 1
@@ -246,18 +196,9 @@ def launch_looped(x, out, config, programs: int) -> None:
         as_uint(x), as_uint(out), M, N, x.stride(0), x.stride(1), out.stride(0), grid_m, grid_n,
         BLOCK_M=config.block_m, BLOCK_N=config.block_n, GROUP_M=order,
         INDEX_64=needs_index_64(M, N, x.stride(0), x.stride(1), out.stride(0)), INTERIOR=config.interior,
-        OUT_TILE=config.out_tile, EVICT_LAST=config.evict_last, LOOP=rounds,
-        PACK4=int(config.pack4 and pack4_applies(M, N, x.stride(0), x.stride(1), out.stride(0), x.element_size(),
-                                                  x.data_ptr(), out.data_ptr())),
-        num_warps=config.num_warps,
+        OUT_TILE=config.out_tile, EVICT_LAST=config.evict_last, LOOP=rounds, num_warps=config.num_warps,
         **({"maxnreg": config.maxnreg} if config.maxnreg and not _INTERPRETED else {}),
     )  # fmt: skip
-
-
-def pack4_applies(M: int, N: int, sxm: int, sxn: int, som: int, es: int, xp: int, op: int) -> bool:
-    """Whether a call can move its 1-byte tile as 4 x 4-byte sub-tiles (``_pack4_tile``): whole 32-bit
-    words on both sides (M, N, the row strides and both addresses multiples of 4; columns adjacent)."""
-    return es == 1 and sxn == 1 and not (M | N | sxm | som | xp | op) & 3
 
 
 def _spec(M: int, N: int, sxm: int, sxn: int, som: int, xp: int, op: int) -> tuple:
@@ -269,8 +210,6 @@ def _spec(M: int, N: int, sxm: int, sxn: int, som: int, xp: int, op: int) -> tup
 
 def _class_of(M: int, N: int, sxm: int, sxn: int, som: int, es: int, device: int, config, xp: int, op: int):
     """(compiled-class key, launch grid (x, y), scalar arguments) of one call."""
-    if config[8] and not pack4_applies(M, N, sxm, sxn, som, es, xp, op):
-        config = config._replace(pack4=0)  # the same tile, moved byte by byte
     block_m, block_n = config[0], config[1]
     grid_m = (M + block_m - 1) // block_m
     grid_n = (N + block_n - 1) // block_n
@@ -281,8 +220,7 @@ def _class_of(M: int, N: int, sxm: int, sxn: int, som: int, es: int, device: int
         config = config._replace(group_m=0)
     grid = (grid_m, grid_n) if order == -1 else (grid_m * grid_n, 1)
     # Every argument after the pointers, the constexprs too (the C launcher takes them all); LOOP is 0.
-    scalars = (M, N, sxm, sxn, som, grid_m, grid_n, block_m, block_n, order, wide, config[4], config[6], config[7], 0,
-               config[8])  # fmt: skip
+    scalars = (M, N, sxm, sxn, som, grid_m, grid_n, block_m, block_n, order, wide, config[4], config[6], config[7], 0)
     return (config, es, wide, device, *_spec(M, N, sxm, sxn, som, xp, op)), grid, scalars
 
 
@@ -493,8 +431,7 @@ def compile_for_target(element_size: int, config, *, arch: int = 90, unit_inner_
     signature = dict.fromkeys(names, "i32") | {"x_ptr": ptr, "out_ptr": ptr}
     constexprs = {"BLOCK_M": config.block_m, "BLOCK_N": config.block_n, "GROUP_M": config.group_m,
                   "INDEX_64": index_64, "INTERIOR": config.interior, "OUT_TILE": config.out_tile,
-                  "EVICT_LAST": config.evict_last, "LOOP": 0,
-                  "PACK4": int(config.pack4 and element_size == 1 and unit_inner_stride)}  # fmt: skip
+                  "EVICT_LAST": config.evict_last, "LOOP": 0}  # fmt: skip
     signature |= dict.fromkeys(constexprs, "constexpr")
     if unit_inner_stride:
         signature["stride_xn"] = "constexpr"
