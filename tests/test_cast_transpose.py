@@ -9,14 +9,14 @@ differ); amax is compared as fp32 bits.
 """
 
 import os
+import re
 import subprocess
-import sys
 
 import numpy as np
 import pytest
 import torch
 from conftest import HAS_GPU
-from helpers import poisoned, random_bits
+from helpers import poisoned, random_bits, without_interpreter
 
 from tileflip.cast import cast_transpose
 from tileflip.kernels import triton_cast_transpose as kernels
@@ -465,12 +465,13 @@ def test_python_scale_is_rounded_to_fp32():
 # What the GPU runs (compiled for sm_90 without a GPU)
 # --------------------------------------------------------------------------------------------------
 
-_PTX_PROBE = """
-import collections, os, re, subprocess, sys, tempfile, torch
-from triton import knobs
-from tileflip.kernels import triton_cast_transpose as k
 
-def sass_ops(cubin):
+def _sass_ops(cubin) -> list:
+    """The SASS opcodes of a cubin (the bundled cuobjdump), NOPs left out."""
+    import tempfile
+
+    from triton import knobs
+
     fd, path = tempfile.mkstemp(suffix=".cubin")
     with os.fdopen(fd, "wb") as f:
         f.write(cubin)
@@ -478,59 +479,54 @@ def sass_ops(cubin):
         text = subprocess.check_output([knobs.nvidia.cuobjdump.path, "-sass", path], text=True)
     finally:
         os.remove(path)
-    ops = re.findall(r"/\\*[0-9a-f]{4}\\*/\\s+(?:@!?U?P\\w+\\s+)?([A-Z0-9_]+)", text)
+    ops = re.findall(r"/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z0-9_]+)", text)
     return [op for op in ops if op != "NOP"]
-
-for x_dtype in (torch.bfloat16, torch.float16, torch.float32):
-    for dtype, fmt in ((torch.float8_e4m3fn, "e4m3x2"), (torch.float8_e5m2, "e5m2x2")):
-        config = k.tile_config(x_dtype.itemsize)
-        per_thread = config.block_m * config.block_n // (32 * config.num_warps)
-        per_instr = {}
-        for hw in (True, False):
-            kernel = k.compile_for_target(x_dtype, dtype, hw_cvt=hw)
-            ptx = kernel.asm["ptx"]
-            cvts = re.findall(r"cvt\\.rn\\.satfinite\\.(\\w+)\\.f32", ptx)
-            if hw:
-                assert cvts == [fmt] * (per_thread // 2), ("one cvt per two values, of the format", cvts[:4])
-                assert len(re.findall(r"prmt\\.b32", ptx)) == per_thread // 2, "8 prmt per 16 bytes of y_t"
-            else:
-                assert not cvts, "the integer path uses no hardware conversion"
-            assert not re.search(r"\\.ftz", ptx), "an instruction flushes denormals"
-            loads = re.findall(r"ld\\.global(\\.v4)?", ptx)
-            assert loads.count(".v4") * 16 == per_thread * x_dtype.itemsize, "x is read once, in 16-byte loads"
-            assert len(loads) == loads.count(".v4") + 1, "the only other load is the scale's"
-            stores = re.findall(r"st\\.global(?:\\.v(\\d))?\\.b32", ptx)
-            assert stores.count("") == 0, "no scalar store: the amax partial goes by an atomic"
-            atomics = re.findall(r"\\b(?:atom|red|fence|membar)\\.[\\w.]+", ptx)
-            assert atomics == ["atom.global.gpu.relaxed.max.s32"], ("one relaxed atomic max, no fence", atomics)
-            assert sum(4 * int(v) for v in stores if v) == 2 * per_thread, "y and y_t written once, in vectors"
-            assert len(re.findall(r"ld\\.shared\\.b8", ptx)) == 0, "y_t is transposed as 32-bit words, not bytes"
-            ops = sass_ops(kernel.asm["cubin"])
-            per_instr[hw] = len(ops) / per_thread
-            if hw:
-                f2fp = sum(op == "F2FP" for op in ops)
-                assert f2fp == per_thread // 2, f2fp
-        print(x_dtype, fmt, "SASS instructions per value: hw %.1f, integer %.1f" % (per_instr[True], per_instr[False]))
-        # The bound that matters on an H200 (about 35 issue slots per value at copy speed, for 2-byte input):
-        # the conversion no longer dominates, and the hardware path is far below the integer one.
-        assert per_instr[True] <= (10 if x_dtype.itemsize == 2 else 13), per_instr
-        assert per_instr[False] >= 3 * per_instr[True], per_instr
-print("ok")
-"""
 
 
 @pytest.mark.slow
+@without_interpreter
 def test_sm90_code():
     """The sm_90 code of both conversions: the hardware one uses cvt.rn.satfinite of the right format
     (one per two values) and ~9 SASS instructions per value for 2-byte inputs, against ~38 for the
     integer one; both keep fp32 denormals (no .ftz: scaled-up denormal inputs stay exact), read x once
     in 16-byte loads, write y and y_t once in vector stores and transpose words, not bytes.
-    Compiled in a child process: the interpreter cannot lower triton's own jit helpers."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    proc = subprocess.run(
-        [sys.executable, "-c", _PTX_PROBE], capture_output=True, text=True, env=env, timeout=600, check=False
-    )
-    assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stdout[-2000:] + proc.stderr[-3000:]
+    Compiled where Triton's interpreter is off (the interpreter cannot lower triton's own jit helpers)."""
+    for x_dtype in (torch.bfloat16, torch.float16, torch.float32):
+        for dtype, fmt in ((torch.float8_e4m3fn, "e4m3x2"), (torch.float8_e5m2, "e5m2x2")):
+            config = kernels.tile_config(x_dtype.itemsize)
+            per_thread = config.block_m * config.block_n // (32 * config.num_warps)
+            per_instr = {}
+            for hw in (True, False):
+                kernel = kernels.compile_for_target(x_dtype, dtype, hw_cvt=hw)
+                ptx = kernel.asm["ptx"]
+                cvts = re.findall(r"cvt\.rn\.satfinite\.(\w+)\.f32", ptx)
+                if hw:
+                    assert cvts == [fmt] * (per_thread // 2), ("one cvt per two values, of the format", cvts[:4])
+                    assert len(re.findall(r"prmt\.b32", ptx)) == per_thread // 2, "8 prmt per 16 bytes of y_t"
+                else:
+                    assert not cvts, "the integer path uses no hardware conversion"
+                assert not re.search(r"\.ftz", ptx), "an instruction flushes denormals"
+                loads = re.findall(r"ld\.global(\.v4)?", ptx)
+                assert loads.count(".v4") * 16 == per_thread * x_dtype.itemsize, "x is read once, in 16-byte loads"
+                assert len(loads) == loads.count(".v4") + 1, "the only other load is the scale's"
+                stores = re.findall(r"st\.global(?:\.v(\d))?\.b32", ptx)
+                assert stores.count("") == 0, "no scalar store: the amax partial goes by an atomic"
+                atomics = re.findall(r"\b(?:atom|red|fence|membar)\.[\w.]+", ptx)
+                assert atomics == ["atom.global.gpu.relaxed.max.s32"], ("one relaxed atomic max, no fence", atomics)
+                assert sum(4 * int(v) for v in stores if v) == 2 * per_thread, "y and y_t written once, in vectors"
+                assert len(re.findall(r"ld\.shared\.b8", ptx)) == 0, "y_t is transposed as 32-bit words, not bytes"
+                ops = _sass_ops(kernel.asm["cubin"])
+                per_instr[hw] = len(ops) / per_thread
+                if hw:
+                    f2fp = sum(op == "F2FP" for op in ops)
+                    assert f2fp == per_thread // 2, f2fp
+            hw_ops, int_ops = per_instr[True], per_instr[False]
+            print(x_dtype, fmt, f"SASS instructions per value: hw {hw_ops:.1f}, integer {int_ops:.1f}")
+            # The bound that matters on an H200 (about 35 issue slots per value at copy speed, for 2-byte input):
+            # the conversion no longer dominates, and the hardware path is far below the integer one.
+            assert per_instr[True] <= (10 if x_dtype.itemsize == 2 else 13), per_instr
+            assert per_instr[False] >= 3 * per_instr[True], per_instr
+
 
 
 # --------------------------------------------------------------------------------------------------
