@@ -30,21 +30,9 @@ def evict_last_read(x64, sink):
 
 
 def timed(op, primer, flush, reps=REPS) -> float:
-    for _ in range(3):
-        primer()
-        flush()
-        op()
-    torch.cuda.synchronize()
-    pairs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
-    for start, end in pairs:
-        primer()
-        flush()
-        torch.cuda._sleep(timing.SPIN_CYCLES)
-        start.record()
-        op()
-        end.record()
-    torch.cuda.synchronize()
-    return statistics.median(s.elapsed_time(e) for s, e in pairs)
+    """Median device time of ``op`` with ``primer`` run before each flush (``timing.device_times``)."""
+    times = timing.device_times(op, warmup=3, reps=reps, spin=timing.SPIN_CYCLES, flush=flush, before=primer)
+    return statistics.median(times)
 
 
 def measure(size: int, sink) -> list[dict]:
@@ -52,15 +40,15 @@ def measure(size: int, sink) -> list[dict]:
     x = torch.randint(-(2**62), 2**62, (size // 8,), dtype=torch.int64, device="cuda")
     out = torch.empty_like(x)
     ops = {"copy": lambda: out.copy_(x), "evict_last-read": evict_last_read(x, sink)}
-    primers = {"none": lambda: None, "evict_last-read": evict_last_read(x, sink), "plain-read": lambda: out.copy_(x)}
+    primers = {"none": None, "evict_last-read": evict_last_read(x, sink), "plain-read": lambda: out.copy_(x)}
     figures = {}
     for _ in range(ROUNDS):
         for mode in timing.FLUSH_MODES:
             flush = timing.flush_fn("cuda", mode)
-            figures.setdefault((mode, "flush-alone", "none"), []).append(timed(flush, lambda: None, lambda: None))
+            figures.setdefault((mode, "flush-alone", "none"), []).append(timed(flush, None, lambda: None))
             for op_name, op in ops.items():
                 for primer_name, primer in primers.items():
-                    figures.setdefault((mode, op_name, primer_name), []).append(timed(op, primer, flush))
+                    figures.setdefault((mode, op_name, primer_name), []).append(timed(op, primer, mode))
     assert torch.equal(out, x)
     records = []
     for (mode, op_name, primer_name), ms in figures.items():

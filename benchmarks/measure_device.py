@@ -2,12 +2,14 @@
 
 Run once on the GPU machine, from the repository root, and commit the result:
 
-    python benchmarks/measure_device.py                  # rewrites src/tileflip/data/h200.json
-    python benchmarks/measure_device.py --out /tmp/dev.json --print
+    PYTHONPATH=src python benchmarks/measure_device.py                  # rewrites src/tileflip/data/h200.json
+    PYTHONPATH=src python benchmarks/measure_device.py --out /tmp/dev.json --print
 
-Everything is timed like ``triton.testing.do_bench``: a 256 MiB buffer is zeroed before each run
-(L2 flushed, and the GPU kept busy so host launch cost is hidden) and the median of CUDA-event
-times is kept. What each constant is and how it is measured:
+Everything is timed as the bench times (``tileflip.timing.device_times``: before each run the L2 flush,
+then a spin kernel so that the events bracket device work, not the host's launch), and the median of
+CUDA-event times is kept. (Until session 13 this script zeroed a 256 MiB buffer instead, as
+``triton.testing.do_bench`` does; the committed ``h200.json`` was measured so.) What each constant is and
+how it is measured:
 
 * ``launch_overhead_s`` (t0): ``b.copy_(a)`` of 4 KiB; what a launch costs when it moves nothing.
 * ``copy_bandwidth_bytes_per_s``: ``b.copy_(a)`` of 1 GiB (and 256 MiB), bytes read + written over
@@ -56,6 +58,8 @@ from pathlib import Path
 
 import torch
 
+from tileflip import timing
+
 try:
     import triton
     import triton.language as tl
@@ -64,7 +68,6 @@ except ImportError:  # the latency step is skipped without triton
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = REPO / "src" / "tileflip" / "data" / "h200.json"
-FLUSH_BYTES = 256 << 20
 MATRIX = 8192
 # Persistent one-warp CTAs per SM for the latency fit, each moving LATENCY_BLOCK fp32 per iteration.
 LATENCY_CTAS_PER_SM = (4, 8, 16)
@@ -117,26 +120,16 @@ def max_sm_clock(props) -> tuple[float | None, str]:
 
 
 class Timer:
-    """Median CUDA-event time of a function, with L2 flushed before every run."""
+    """Median device time of a function in seconds (``tileflip.timing.device_times``: L2 flushed, the
+    host's launch kept out)."""
 
     def __init__(self, reps: int):
         self.reps = reps
-        self.flush = torch.empty(FLUSH_BYTES, dtype=torch.int8, device="cuda")
 
     def __call__(self, fn) -> float:
-        for _ in range(3):
-            fn()
-        torch.cuda.synchronize()
-        events = []
-        for _ in range(self.reps):
-            self.flush.zero_()
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn()
-            end.record()
-            events.append((start, end))
-        torch.cuda.synchronize()
-        return statistics.median(s.elapsed_time(e) for s, e in events) / 1e3
+        # the "l2" flush is a Triton kernel; without triton, the zeroing flush
+        flush = None if triton is not None else "zero"
+        return statistics.median(timing.device_times(fn, warmup=3, reps=self.reps, flush=flush)) / 1e3
 
 
 def copy_time(timer: Timer, nbytes: int) -> float:

@@ -64,3 +64,26 @@ def test_device_times_with_the_flush():
     ms = timing.device_times(lambda: out.copy_(x), warmup=1, reps=3)
     assert len(ms) == 3 and all(m > 0 for m in ms)
     assert torch.equal(out, x)
+
+
+@pytest.mark.gpu
+def test_device_times_runs_before_then_the_given_flush_each_repetition():
+    """``before`` is queued before the flush of every timed repetition (not of the warm-up calls), and a
+    callable ``flush`` replaces the library's, queued once a repetition, before the call."""
+    log = torch.zeros(3, dtype=torch.int64, device="cuda")  # befores, flushes, calls
+    order = []
+
+    def step(i, name):
+        def run():
+            log[i] += 1
+            order.append(name)
+
+        return run
+
+    ms = timing.device_times(step(2, "call"), warmup=2, reps=4, spin=timing.SPIN_CYCLES, flush=step(1, "flush"),
+                             before=step(0, "before"))  # a spin given: no host-time probe calls
+    assert len(ms) == 4
+    assert log.tolist() == [4, 4, 6]
+    assert order == ["call"] * 2 + ["before", "flush", "call"] * 4
+    with pytest.raises(ValueError, match="mode: expected one of"):
+        timing.device_times(lambda: None, reps=1, flush="none")

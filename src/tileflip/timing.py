@@ -56,12 +56,15 @@ def flush_fn(device, mode: str | None = None):
     return fn
 
 
-def device_times(fn, *, warmup: int = 10, reps: int = 40, device="cuda", spin: int | None = None) -> list[float]:
+def device_times(fn, *, warmup: int = 10, reps: int = 40, device="cuda", spin: int | None = None, flush=None,
+                 before=None) -> list[float]:  # fmt: skip
     """Milliseconds of device time of ``fn()`` for each of ``reps`` repetitions (after ``warmup`` calls).
-    ``spin``: the spin's clock cycles (default: ``spin_cycles``, from the call's own host time)."""
+    ``spin``: the spin's clock cycles (default: ``spin_cycles``, from the call's own host time);
+    ``flush``: one of FLUSH_MODES (default FLUSH_MODE) or a callable queued in its place; ``before``: a
+    callable queued before the flush of each repetition (e.g. to put x in the L2 first)."""
     import torch
 
-    flush = flush_fn(device)
+    flush = flush if callable(flush) else flush_fn(device, flush)
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize(device)
@@ -70,6 +73,8 @@ def device_times(fn, *, warmup: int = 10, reps: int = 40, device="cuda", spin: i
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     for start, end in zip(starts, ends):
+        if before is not None:
+            before()
         flush()
         torch.cuda._sleep(spin)
         start.record()
