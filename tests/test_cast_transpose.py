@@ -528,7 +528,6 @@ def test_sm90_code():
             assert per_instr[False] >= 3 * per_instr[True], per_instr
 
 
-
 # --------------------------------------------------------------------------------------------------
 # The inline PTX, run through a model of the PTX ISA's semantics (no GPU needed)
 # --------------------------------------------------------------------------------------------------
