@@ -31,6 +31,7 @@ copy and torch.compile, timed interleaved in one process; and where a small call
 """
 
 import json
+import os
 import statistics
 import sys
 
@@ -600,15 +601,19 @@ def bands(records):
 
 STRIDE_CASES = [((16384, 16384), "float64"), ((8192, 8192), "float64"), ((16384, 16384), "float32"),
                 ((16384, 16384), "int8"), ((16384, 16384), "bfloat16")]  # fmt: skip
-STRIDE_PADS = (16, 256)  # elements added to a row stride
+STRIDE_PAD_BYTES = (128, 2048)  # bytes added to a row stride (fp64: 16 and 256 elements, as in session 12)
 
 
 def strides(records):
     """Whether the power-of-two row strides limit the >= 256 MiB squares (every backend stops near 91-94% on
     fp64 16384^2, whose rows are 128 KiB): the table's tile on the input, the output or both held in a
-    buffer whose rows are STRIDE_PADS elements longer (the same elements moved), beside the contiguous
-    call, torch.compile on each input, and the copy of the same byte count, interleaved."""
+    buffer whose rows are STRIDE_PAD_BYTES longer (the same elements moved), beside the contiguous
+    call, torch.compile on each input, and the copy of the same byte count, interleaved. ``STRIDE_DTYPES``
+    (space-separated dtype names) keeps only the cases of those dtypes."""
+    keep = os.environ.get("STRIDE_DTYPES", "").split()
     for shape, dtype in STRIDE_CASES:
+        if keep and dtype not in keep:
+            continue
         M, N = shape
         es = torch.empty((), dtype=getattr(torch, dtype)).element_size()
         config = tuning.triton_config(es, shape, N)
@@ -618,7 +623,7 @@ def strides(records):
         src, dst = torch.empty_like(ref), torch.empty_like(ref)
         fns, exact = {"copy": lambda dst=dst, src=src: dst.copy_(src)}, {}
         inputs, outputs = {"c": x}, {"c": out}
-        for pad in STRIDE_PADS:
+        for pad in (b // es for b in STRIDE_PAD_BYTES):
             inputs[f"p{pad}"] = torch.empty((M, N + pad), dtype=x.dtype, device="cuda")[:, :N]
             inputs[f"p{pad}"].copy_(x)
             outputs[f"p{pad}"] = torch.empty((N, M + pad), dtype=x.dtype, device="cuda")[:, :M]

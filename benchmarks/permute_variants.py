@@ -6,8 +6,8 @@ with keys ``fold`` (``tuning.FOLD_FACTOR``), ``bfast`` (``tuning.B_FAST_RULE``),
 sizes, as digits, for ``tuning.B_FIRST_SIZES``; 0 for none; the library's when absent), ``t2d`` (element
 sizes, as digits, that take the 2-D table's large tile as ``tuning.PERMUTE_TILES``), ``narrow`` /
 ``off32`` / ``t4b`` (0 or 1: ``tuning.NARROW_RULE``, ``tuning.OFFSETS32_RULE``, ``tuning.TILES_4B``),
-``wload`` (0: ``tuning.WIDE_LOAD_STEP`` off), ``nhalve`` / ``nwarps`` / ``noff32`` (one narrow step for
-every vector under 16 bytes, WIDE_LOAD_STEP off: its halvings,
+``wload`` (0: ``tuning.WIDE_LOAD_STEP`` off), ``wtiles`` (0: ``tuning.WIDE_LOAD_TILES`` off), ``nhalve`` /
+``nwarps`` / ``noff32`` (one narrow step for every vector under 16 bytes, WIDE_LOAD_STEP off: its halvings,
 warps, and 0 to keep its int64 offsets), ``warps`` (num_warps) and ``area`` (a factor on the large
 tile's area: 0.5 halves the larger side; with ``warps`` or ``area`` the narrow rule and TILES_4B are
 off), ``ta`` / ``tb`` (the tile's A and B caps, the config's block_n and block_m, in place of ``area``),
@@ -38,6 +38,7 @@ from tileflip.kernels import triton_permute
 BASE_CONFIG = tuning.permute_config
 NARROW_STEPS = tuning.NARROW_STEPS
 WIDE_LOAD_STEP = tuning.WIDE_LOAD_STEP
+WIDE_LOAD_TILES = tuning.WIDE_LOAD_TILES
 TILES_4B = tuning.TILES_4B
 PERMUTE_TILES = tuning.PERMUTE_TILES
 B_FIRST_SIZES = tuning.B_FIRST_SIZES
@@ -77,6 +78,7 @@ def apply(opts: dict) -> None:
     tuning.PERMUTE_MAXNREG = dict.fromkeys(sizes, int(opts["mreg"])) if "mreg" in opts else {}
     one_step = "nhalve" in opts or "nwarps" in opts
     tuning.WIDE_LOAD_STEP = WIDE_LOAD_STEP if opts.get("wload", 1) and not one_step else None
+    tuning.WIDE_LOAD_TILES = WIDE_LOAD_TILES if opts.get("wtiles", 1) else {}
     if one_step:  # one narrow step for every vector under 16 bytes
         halvings, warps = int(opts.get("nhalve", 1)), int(opts.get("nwarps", 8))
         tuning.NARROW_STEPS = ((tuning.VECTOR_BYTES, halvings, warps, bool(opts.get("noff32", 1))),)
@@ -86,9 +88,9 @@ def apply(opts: dict) -> None:
         tuning.permute_config = BASE_CONFIG
     else:
 
-        def config(element_size, vector_bytes=16, kept=True, load_bytes=0):
+        def config(element_size, vector_bytes=16, kept=True, load_bytes=0, store_bytes=0):
             if "kept" in opts and bool(opts["kept"]) != kept:
-                return BASE_CONFIG(element_size, vector_bytes, kept, load_bytes)
+                return BASE_CONFIG(element_size, vector_bytes, kept, load_bytes, store_bytes)
             c = BASE_CONFIG(element_size)
             bm, bn = c.block_m, c.block_n
             area = opts.get("area", 1.0)

@@ -1,5 +1,6 @@
 """tileflip.permute: exact bits for any rank, permutation and strides; each plan kind exercised."""
 
+import math
 import random
 import re
 
@@ -390,8 +391,8 @@ def test_vector_widths_hold_on_every_element_the_kernel_moves():
     [
         # the fastest dimension odd, its run with the next even: vectors from the run (measured on the
         # permute suites, tuning.VECTOR_RUNS): 0.59 -> 0.68 of copy, the narrow tile kept (2-byte stores),
-        # on 8 warps since tuning.WIDE_LOAD_STEP (16-byte loads, narrower stores: 0.56 -> 0.63)
-        ((28, 86, 14, 2, 40, 28), (0, 2, 4, 3, 5, 1), 1, (16, 2), (64, 128), 8),
+        # since tuning.WIDE_LOAD_TILES 256 (B) x 64 (A) on 4 warps (16-byte loads, 2-byte stores: 0.63 -> 0.75)
+        ((28, 86, 14, 2, 40, 28), (0, 2, 4, 3, 5, 1), 1, (16, 2), (256, 64), 4),
         # both sides reach 16 bytes: the full-vector tile (0.91 -> 0.95)
         ((8, 82, 18, 36, 94), (1, 3, 4, 0, 2), 2, (8, 8), (128, 128), 16),
         # 8-byte stores: the narrow tile kept (0.83 -> 0.85; with the half tile of 8-byte vectors, 0.64),
@@ -422,6 +423,48 @@ def test_wide_load_step_covers_transposed_tiles_with_16_byte_loads_and_narrower_
     shape, dims = (60, 2816, 416), (1, 2, 0)
     go = tuning.permute_launch(plan.plan_permute(shape, _contiguous_strides(shape), dims, 1), 1)
     assert (go.vec, go.blocks, go.num_warps, go.offsets64) == ((16, 4), (64, 128), 8, False)
+
+
+# Launches of tuning.WIDE_LOAD_STEP (16-byte loads, narrower stores) and their tiles, by the element size
+# and the stores' bytes: WIDE_LOAD_TILES' tile where it has one (the random suite's case, then a small one
+# that the interpreter runs), the step's quarter tile on 8 warps elsewhere.
+# (The first launch's masked tail of B, 512 lanes over 429, decodes offsets past 2**31: int64 offsets.)
+WIDE_LOAD_CASES = [
+    ((11, 39, 29, 21, 42, 24), (5, 4, 2, 3, 1, 0), 1, (16, 1), (512, 64), 4, True),  # measured 0.41 -> 0.59
+    ((6, 5, 9, 48), (0, 3, 1, 2), 1, (16, 1), (512, 64), 4, False),
+    ((28, 86, 14, 2, 40, 28), (0, 2, 4, 3, 5, 1), 1, (16, 2), (256, 64), 4, False),  # 0.63 -> 0.75 of copy
+    ((24, 6, 2, 24), (0, 2, 3, 1), 1, (16, 2), (256, 64), 4, False),
+    ((46, 188, 88, 88), (1, 2, 3, 0), 2, (8, 2), (64, 128), 4, False),  # 0.98 -> 1.01
+    ((6, 6, 8, 9), (2, 0, 3, 1), 2, (8, 2), (64, 128), 4, False),
+    ((60, 2816, 416), (1, 2, 0), 1, (16, 4), (64, 128), 8, False),  # 4-byte stores: the step (64 x 256: 0.92 -> 0.76)
+    ((7, 46, 8, 72, 38, 10), (0, 3, 4, 1, 5, 2), 1, (16, 8), (64, 128), 8, False),  # 8-byte stores, the tile
+]  # chosen for narrower vectors (VECTOR_RUNS): the step (64 x 256: 0.86 -> 0.36)
+
+
+@pytest.mark.parametrize("shape,dims,element_size,vec,blocks,warps,offsets64", WIDE_LOAD_CASES)
+def test_wide_load_tiles_follow_the_stores_as_launched(shape, dims, element_size, vec, blocks, warps, offsets64):
+    go = tuning.permute_launch(plan.plan_permute(shape, _contiguous_strides(shape), dims, element_size), element_size)
+    assert (go.vec, go.blocks, go.num_warps, go.kept, go.offsets64) == (vec, blocks, warps, False, offsets64)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_wide_load_tiles_move_exact_bits(device):
+    """The small cases above, one per WIDE_LOAD_TILES entry, each on its own tile: bits equal on poisoned
+    outputs, also from an input whose last dimension is cut from a longer one (strided rows)."""
+    covered = set()
+    for shape, dims, element_size, *_ in WIDE_LOAD_CASES:
+        if math.prod(shape) > 20000:
+            continue
+        dtype = {1: torch.int8, 2: torch.bfloat16}[element_size]
+        for i, view in enumerate(("contiguous", "narrowed")):
+            x = _view(shape, view, dtype, device, seed=i)
+            go = tuning.permute_launch(plan.plan_permute(tuple(x.shape), tuple(x.stride()), dims, element_size),
+                                       element_size)  # fmt: skip
+            covered.add((go.blocks, go.num_warps))
+            out = poisoned(tuple(x.shape[d] for d in dims), dtype, device)
+            tileflip.permute(x, dims, out)
+            assert_bits_equal(out, x.permute(dims))
+    assert {(t[:2], t[2]) for t in tuning.WIDE_LOAD_TILES.values()} <= covered
 
 
 # Permutes whose wider vectors choose a tile on which the axes no longer form runs that hold them (the
@@ -691,7 +734,7 @@ def test_a_dimension_that_continues_the_other_axis_run_is_left_to_it():
         # B's 28-element run is followed in the output by A's first dimension: B holds it alone (32 lanes),
         # in a quarter tile (tuning.WIDE_LOAD_STEP: 16-byte loads, narrower stores)
         ((39, 28, 16, 72, 39), (2, 0, 3, 4, 1), 2, (3,), (32, 128)),
-        ((320, 50, 28, 88), (0, 2, 3, 1), 2, (2,), (64, 64)),
+        ((320, 50, 28, 88), (0, 2, 3, 1), 2, (2,), (64, 128)),  # tuning.WIDE_LOAD_TILES' tile for 4-byte stores
         # B's run (48) continues into the output's next dimension (30): B folds it (measured 0.87 -> 0.42);
         # A's 180 x 464 input run takes 16-byte loads (VECTOR_RUNS), so the full-vector tile
         ((48, 30, 464, 180), (3, 2, 1, 0), 1, (3, 2), (128, 256)),

@@ -236,6 +236,18 @@ NARROW_STEPS = ((3, 2, 4, True), (VECTOR_BYTES, 1, 8, False))
 # and 0.96) and slower on the other four (int8 (7,46,...) 0.59, (60,2816,416) 0.76, (11,39,...) 0.29,
 # bf16 (39,28,...) 1.00): not taken.
 WIDE_LOAD_STEP = (VECTOR_BYTES, 2, 8, True)
+# Tiles of their own, (B, A, warps), for the launches of WIDE_LOAD_STEP whose stores move 1 or 2 bytes of
+# 1-byte elements or 4 bytes of 2-byte ones, keyed by (element size, store bytes); the step's int32
+# offsets are kept. Measured on the permute suites, H200, 2026-12-01 session 14 runs 1-6
+# (experiments/h200-2026-12-01-permute-variants-wide-load-tiles-s14.json): int8 (11,39,29,21,42,24)
+# (5,4,2,3,1,0), 1-byte stores: 0.41 of copy under the step's 64 (B) x 128 (A) on 8 warps, 0.59 (twice)
+# under 512 x 64 on 4 (0.55 on 2 warps at 256 x 64; 512 x 64 on 8 warps 0.38, 1024 x 64 0.21-0.24);
+# int8 (28,86,14,2,40,28) (0,2,4,3,5,1), 2-byte stores: 0.63-0.66 -> 0.75-0.76 under 256 x 64 on 4 (five
+# runs; 128 x 128 on 4, run 7's h1w4 of session 12, 0.71-0.72); bf16 (46,188,88,88) (1,2,3,0) and
+# (320,50,28,88) (0,2,3,1), 4-byte stores: 0.98 / 0.96 -> 1.01 / 0.99 under 64 x 128 on 4 (h1w4; 256 x 64
+# on 4: 1.00 / 0.88). Tiles of 64 x 256 on 4 warps for the other int8 launches of the step lost (4-byte
+# stores, (60,2816,416): 0.92 -> 0.76; 8-byte stores, (7,46,8,72,38,10): 0.86 -> 0.36).
+WIDE_LOAD_TILES = {(1, 1): (512, 64, 4), (1, 2): (256, 64, 4), (2, 4): (64, 128, 4)}
 # Transposed tiles (kind tiles) of 4-byte elements whose narrower side moves 4 or 16 bytes: a tile of
 # their own, in place of the 2-D tile (16-byte vectors) or the narrow step's tile and warps (4-byte
 # vectors; its int64 offsets are kept). 16-byte vectors: half the 2-D tile's area on 16 warps, measured on
@@ -600,14 +612,16 @@ PERMUTE_TILES = {
 
 
 def permute_config(element_size: int, vector_bytes: int = VECTOR_BYTES, kept: bool = True,
-                   load_bytes: int = 0) -> TileConfig:  # fmt: skip
+                   load_bytes: int = 0, store_bytes: int = 0) -> TileConfig:  # fmt: skip
     """The tile area and warps of the N-D tile kernel: PERMUTE_TILES when both sides move 16-byte
-    vectors; with narrower vectors (``vector_bytes``, the narrower side's; ``load_bytes``, the loads')
-    the step ``narrow_step`` gives: a quarter tile on 8 warps for 16-byte loads and narrower stores of a
-    transposed tile, else a half tile on 8 warps, a quarter on 4 under 3 bytes. Transposed (not
-    ``kept``) 4-byte tiles follow TILES_4B where it has an entry."""
+    vectors; with narrower vectors (``vector_bytes``, the narrower side's; ``load_bytes`` and
+    ``store_bytes``, the loads' and stores' as launched) the step ``narrow_step`` gives: a quarter tile on
+    8 warps for 16-byte loads and narrower stores of a transposed tile (or WIDE_LOAD_TILES' tile where
+    it has one for the element size and the stores), else a half tile on 8 warps, a quarter on 4 under 3
+    bytes. Transposed (not ``kept``) 4-byte tiles follow TILES_4B where it has an entry."""
     config = PERMUTE_TILES[element_size]
-    tile = tiles_4b(element_size, vector_bytes, kept)
+    tile = tiles_4b(element_size, vector_bytes, kept) or wide_load_tile(element_size, vector_bytes, kept,
+                                                                         load_bytes, store_bytes)  # fmt: skip
     if tile is not None:
         return config._replace(block_m=tile[0], block_n=tile[1], num_warps=tile[2])
     step = narrow_step(vector_bytes, load_bytes, kept, element_size)
@@ -622,6 +636,16 @@ def tiles_4b(element_size: int, vector_bytes: int, kept: bool) -> tuple | None:
     if kept or element_size != 4:
         return None
     return TILES_4B.get(vector_bytes)
+
+
+def wide_load_tile(element_size: int, vector_bytes: int, kept: bool, load_bytes: int,
+                   store_bytes: int) -> tuple | None:  # fmt: skip
+    """WIDE_LOAD_TILES' (B, A, warps) for a launch of WIDE_LOAD_STEP that it covers (by the stores as
+    launched, ``store_bytes``, where given; else the narrower side's ``vector_bytes``), else None."""
+    step = narrow_step(vector_bytes, load_bytes, kept, element_size)
+    if step is None or step is not WIDE_LOAD_STEP:
+        return None
+    return WIDE_LOAD_TILES.get((element_size, store_bytes or vector_bytes))
 
 
 def _halve(config: TileConfig, halvings: int) -> TileConfig:
@@ -714,9 +738,9 @@ def permute_launch(p, element_size: int) -> PermuteLaunch:
         # the loads as launched (vec: after a widening, 16-byte loads over a tile chosen for narrower ones)
         def launch(vec, tile_vec):
             vector_bytes = min(tile_vec) * element_size
-            load_bytes = vec[0] * element_size  # the loads' vectors as launched
-            step = narrow_step(vector_bytes, load_bytes, kept, element_size)  # offsets: for TILES_4B launches too
-            config = permute_config(element_size, vector_bytes, kept, load_bytes)
+            load_bytes, store_bytes = vec[0] * element_size, vec[1] * element_size  # the vectors as launched
+            step = narrow_step(vector_bytes, load_bytes, kept, element_size)  # offsets: also for TILES_4B's
+            config = permute_config(element_size, vector_bytes, kept, load_bytes, store_bytes)
             whole = WHOLE_DIM_WARPS.get(element_size, 0) if step is None and not kept else 0
             return tile_launch(sizes, p.in_strides, kept, vec, config, step is None or step[3], whole,
                                element_size in B_FIRST_SIZES)
