@@ -117,7 +117,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tileflip.plan import TransposeGrid, cdiv, transpose_grid
+from tileflip.plan import TransposeGrid, cdiv, check_tile, transpose_grid
 
 WARP = 32
 SECTOR = 32
@@ -535,6 +535,11 @@ def _parse_pair(value, what: str) -> tuple[int, int]:
     return int(a), int(b)
 
 
+def _check_threads(tx: int, ty: int) -> None:
+    if tx <= 0 or ty <= 0 or tx * ty > 1024:
+        raise ValueError(f"threads must be positive with at most 1024 in a block (CUDA's limit), got {tx}x{ty}")
+
+
 def _triton_record(itemsize, block, num_warps, divisible):
     for rec in TRITON_SM90_LAYOUTS:
         if (rec["itemsize"], tuple(rec["block"]), rec["num_warps"], rec["divisible"]) == (
@@ -555,6 +560,7 @@ def _build_variant(kernel, M, N, itemsize, *, threads, block, num_warps, strides
               "out_strides": o_strides}
     if kernel == "naive":
         tx, ty = _parse_pair(threads or (16, 16), "threads")
+        _check_threads(tx, ty)
         grid = transpose_grid(M, N, ty, tx)
         notes = (
             (f"naive: block {tx}x{ty} threads covers {ty} input rows x {tx} columns; the kernel's 1-D grid is "
@@ -565,6 +571,7 @@ def _build_variant(kernel, M, N, itemsize, *, threads, block, num_warps, strides
                         load_bytes_per_cta=tx * ty * itemsize, notes=notes, **common)
     if kernel in ("tiled", "tiled_nopad"):
         tile, ty = _parse_pair(threads or (32, 8), "threads")
+        _check_threads(tile, ty)
         if tile % ty or (tile * ty) % WARP:
             raise ValueError(f"tiled kernels need threads TILExROWS with ROWS dividing TILE, got {tile}x{ty}")
         pad = 1 if kernel == "tiled" else 0
@@ -579,6 +586,7 @@ def _build_variant(kernel, M, N, itemsize, *, threads, block, num_warps, strides
                         load_bytes_per_cta=tile * tile * itemsize, pad=pad, notes=notes, **common)
     d_bm, d_bn, d_nw = TRITON_DEFAULTS[itemsize]
     bm, bn = _parse_pair(block, "block") if block else (d_bm, d_bn)
+    check_tile(bm, bn, num_warps)
     nw = int(num_warps or (d_nw if (bm, bn) == (d_bm, d_bn) else 4 if bm * bn <= 2048 else 8))
     grid = transpose_grid(M, N, bm, bn, 1 if group_m is None else int(group_m))
     # Triton specializes a stride of 1 and hints divisibility by 16; both decide the vector width.
@@ -1002,6 +1010,8 @@ def analyze(kernel: str, shape, dtype="float32", *, threads=None, block=None, st
     M, N = _parse_pair(shape, "shape")
     if M < 0 or N < 0:
         raise ValueError(f"shape must be non-negative, got {M}x{N}")
+    if type(sample) is not int or sample < 1:
+        raise ValueError(f"sample must be a positive int (programs enumerated at most), got {sample!r}")
     es = itemsize_of(dtype)
     dev = load_device(device)
     variant = _build_variant(kernel, M, N, es, threads=threads, block=block, num_warps=num_warps,
@@ -1158,7 +1168,10 @@ def cli(argv: list[str]) -> int:
 
         return measure_analyzer(args)
     kernels = KERNELS if args.kernel == "all" else (args.kernel or "naive",)
-    strides = tuple(int(s) for s in args.strides.split(",")) if args.strides else None
+    try:
+        strides = tuple(int(s) for s in args.strides.split(",")) if args.strides else None
+    except ValueError:
+        raise ValueError(f"strides must look like 512,1 (elements), got {args.strides!r}") from None
     reports = [
         # --threads shapes the naive block; it reaches a tiled kernel only when that kernel alone is asked for.
         analyze(k, args.shape, args.dtype,

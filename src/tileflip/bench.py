@@ -454,14 +454,15 @@ def host_table(records: list[dict]) -> str:
 
 
 def cli(argv: list[str]) -> int:
-    if argv[:2] == ["--suite", "cast"] or argv[:1] == ["--suite=cast"]:
-        from tileflip import bench_cast  # the fused fp8 cast-transpose has its own options
+    for i, arg in enumerate(argv):
+        if arg == "--suite=cast" or (arg == "--suite" and argv[i + 1 : i + 2] == ["cast"]):
+            from tileflip import bench_cast  # the fused fp8 cast-transpose has its own options
 
-        return bench_cast.cli(argv[1 if argv[0].startswith("--suite=") else 2 :])
+            return bench_cast.cli(argv[:i] + argv[i + (1 if "=" in arg else 2) :])
     p = argparse.ArgumentParser(prog="tileflip bench", description=__doc__.split("\n\n")[0])
     p.add_argument("--suite", default="2d", choices=sorted(SUITES) + ["permute", "permute-random", "host"],
-                   help="a shape suite, 'host' for host time per call of small cases, or 'cast' (first argument; "
-                        "then see `tileflip bench --suite cast --help`)")  # fmt: skip
+                   help="a shape suite, 'host' for host time per call of small cases, or 'cast' (then see "
+                        "`tileflip bench --suite cast --help`)")  # fmt: skip
     p.add_argument("--part", default=None, help="K/N: run every N-th case starting at K (split a long suite)")
     p.add_argument("--quick", action="store_true", help="shorter repetitions (fits one 10-minute call)")
     p.add_argument("--rounds", type=int, default=3, help="interleaved rounds per case (default 3)")

@@ -194,7 +194,7 @@ def parse_tiles(specs: str) -> dict:
 
 
 def cli(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="python -m tileflip.bench_cast", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="tileflip bench --suite cast", description=__doc__.split("\n\n")[0])
     p.add_argument("--shapes", default=",".join(f"{m}x{n}" for m, n in SHAPES), help="comma-separated MxN")
     p.add_argument("--rounds", type=int, default=3, help="interleaved rounds per shape (default 3)")
     p.add_argument("--quick", action="store_true", help="shorter repetitions")

@@ -19,9 +19,15 @@ interpreter and on older GPUs with integer bit arithmetic. Both give exactly the
 ``amax`` is ``x.abs().amax().float()`` of the unscaled x, exactly: NaN if x holds a NaN (as
 ``torch.amax``), inf if it holds an inf, 0.0 when x is all zeros, and 0.0 for an empty x (where
 ``torch.amax`` would raise).
+
+The cast is not differentiable: an ``x`` that requires grad is refused in grad mode (FP8 recipes call
+it inside their own autograd functions, where grad mode is off). A negative view (``c.conj().imag``)
+is resolved into a temporary first, for ``x`` and for a ``scale`` tensor.
 """
 
 from __future__ import annotations
+
+import numbers
 
 import torch
 
@@ -44,6 +50,12 @@ def _kernels():
 def _check_x(x) -> None:
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
+    if x.layout != torch.strided or x.is_nested:
+        raise TypeError(f"x must be a dense tensor (layout torch.strided), got "
+                        f"{'a nested tensor' if x.is_nested else f'layout {x.layout}'}")  # fmt: skip
+    if x.requires_grad and torch.is_grad_enabled():
+        raise ValueError("cast_transpose is not differentiable, but x requires grad: call it under torch.no_grad() "
+                         "or on x.detach()")  # fmt: skip
     if x.dim() != 2:
         raise ValueError(f"x must be 2-D, got a {x.dim()}-D tensor of shape {tuple(x.shape)}")
     if x.dtype not in INPUT_DTYPES:
@@ -64,17 +76,24 @@ def _check_dtype(dtype) -> None:
         raise TypeError(f"dtype must be torch.float8_e4m3fn or torch.float8_e5m2, got {dtype!r}")
 
 
-def _check_scale(x: torch.Tensor, scale) -> None:
+def _check_scale(x: torch.Tensor, scale) -> float | torch.Tensor:
+    """The scale as the kernel takes it (a Python float, or a plain 0-d float32 tensor), or a named error."""
     if isinstance(scale, torch.Tensor):
+        if scale.layout != torch.strided:
+            raise TypeError(f"scale must be a dense tensor (layout torch.strided), got layout {scale.layout}")
         if scale.dim() != 0:
             raise ValueError(f"scale must be a 0-d tensor, got shape {tuple(scale.shape)}")
         if scale.dtype != torch.float32:
             raise TypeError(f"scale must have dtype float32, got {scale.dtype}")
         if scale.device != x.device:
             raise ValueError(f"scale must be on {x.device} (x's device), got {scale.device}")
-        return
-    if isinstance(scale, bool) or not isinstance(scale, (int, float)):
-        raise TypeError(f"scale must be a Python float, a 0-d float32 tensor or None, got {type(scale).__name__}")
+        return scale.resolve_neg()
+    if isinstance(scale, bool) or not isinstance(scale, numbers.Real):
+        raise TypeError(f"scale must be a real number, a 0-d float32 tensor or None, got {type(scale).__name__}")
+    try:
+        return float(scale)
+    except OverflowError:
+        raise ValueError("scale must be within float range, got a value too large for a float") from None
 
 
 def _check_flag(name: str, value) -> None:
@@ -101,8 +120,8 @@ def cast_transpose(
     """
     _check_x(x)
     _check_dtype(dtype)
-    scale = 1.0 if scale is None else scale
-    _check_scale(x, scale)
+    scale = _check_scale(x, 1.0 if scale is None else scale)
+    x = x.resolve_neg()
     _check_flag("transpose", transpose)
     _check_flag("amax", amax)
     M, N = x.shape

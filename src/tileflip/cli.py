@@ -19,12 +19,15 @@ def parse_pair(text: str, what: str = "shape") -> tuple[int, int]:
 
 
 def parse_dims(text: str, what: str = "shape") -> tuple[int, ...]:
-    """'8x4096x32x128' -> (8, 4096, 32, 128); '0,2,1,3' -> (0, 2, 1, 3)."""
+    """'8x4096x32x128' -> (8, 4096, 32, 128); '0,2,1,3' -> (0, 2, 1, 3) (a perm's dims may be negative)."""
     sep = "," if "," in text else "x"
     try:
-        return tuple(int(v) for v in text.lower().split(sep)) if text else ()
+        values = tuple(int(v) for v in text.lower().split(sep)) if text else ()
     except ValueError:
         raise argparse.ArgumentTypeError(f"{what} must look like 8x4096x32x128 or 0,2,1,3, got {text!r}") from None
+    if what == "shape" and any(v < 0 for v in values):
+        raise argparse.ArgumentTypeError(f"shape must be non-negative, got {text!r}")
+    return values
 
 
 def use_interpreter_without_gpu() -> str:
@@ -45,7 +48,8 @@ def cmd_plan(argv: list[str]) -> int:
         description="Print the launch plan of a 2-D transpose or an N-D permute (contiguous input).",
     )
     p.add_argument("--shape", required=True, type=parse_dims, help="e.g. 31x65, or 8x4096x32x128 with --perm")
-    p.add_argument("--perm", type=lambda t: parse_dims(t, "perm"), default=None, help="e.g. 0,2,1,3: an N-D permute")
+    p.add_argument("--perm", type=lambda t: parse_dims(t, "perm"), default=None,
+                   help="e.g. 0,2,1,3: an N-D permute (negative dims as --perm=-1,0,1)")
     p.add_argument("--block", type=lambda t: parse_pair(t, "block"), default=None, help="tile, e.g. 32x32")
     p.add_argument("--dtype", default="float32")
     p.add_argument("--programs", type=int, default=12, help="how many programs to list (default 12)")
@@ -92,7 +96,13 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
         print("usage: tileflip {demo,plan,analyze,check,bench} [options]   (tileflip COMMAND --help for each)")
         return 0 if argv and argv[0] in ("-h", "--help") else 2
-    return COMMANDS[argv[0]](argv[1:]) or 0
+    try:
+        return COMMANDS[argv[0]](argv[1:]) or 0
+    except (ValueError, TypeError, OverflowError, OSError) as error:  # a refused argument: its message, not a trace
+        if os.environ.get("TILEFLIP_TRACEBACK"):
+            raise
+        print(f"tileflip {argv[0]}: error: {error} (TILEFLIP_TRACEBACK=1 shows where)", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

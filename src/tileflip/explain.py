@@ -10,6 +10,7 @@ def plan_text(shape, *, block=None, dtype="float32", programs=12) -> str:
     size = plan.element_size(dtype)
     config = tuning.triton_config(size, (M, N), N)  # a contiguous input: row stride N
     BM, BN = block if block else (config.block_m, config.block_n)
+    plan.check_tile(BM, BN)
     grid = plan.transpose_grid(M, N, BM, BN, 1 if block else config.group_m)
     lines = [
         f"transpose {M}x{N} {dtype} ({size} B/element) -> {N}x{M}, contiguous",

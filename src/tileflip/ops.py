@@ -1,8 +1,16 @@
 """Public operations: argument checks, backend choice, launch.
 
-Every call is checked before anything is written, in this order: ``x`` (type, rank, dtype),
-``backend``, ``out`` (type, shape, dtype, device, contiguity, overlap with ``x``), then the backend's
-device. Each refusal is a ``TypeError`` or ``ValueError`` whose message names the argument.
+Every call is checked before anything is written, in this order: ``x`` (type, layout, rank, dtype),
+``backend``, ``out`` (type, layout, shape, dtype, device, contiguity, a conjugate or negative view,
+overlap with ``x``), then the backend's device. Each refusal is a ``TypeError`` or ``ValueError`` whose
+message names the argument.
+
+``x`` may be a conjugate or negative view (``c.conj()``, ``c.conj().imag``): its values are resolved
+into a temporary first, as ``x.resolve_conj().resolve_neg()``. Autograd: ``transpose(x)`` and
+``permute(x, dims)`` of an ``x`` that requires grad (in grad mode) return a result whose gradient is the
+inverse transpose or permute of the incoming one; with ``out`` such a call is refused, as torch refuses
+``out=`` arguments under autograd. A write into ``out`` counts as an in-place change of ``out`` for
+autograd (its version counter moves), so a tensor saved for backward and then overwritten is caught.
 
 Backends:
 
@@ -101,10 +109,19 @@ def check_no_overlap(x: torch.Tensor, out: torch.Tensor, arg: str = "out") -> No
         raise ValueError(f"{arg} overlaps x in memory; the output must be a separate buffer")
 
 
+def check_dense(t: torch.Tensor, arg: str) -> None:
+    """Refuse a sparse, mkldnn or nested tensor: the kernels read and write strided memory."""
+    if t.layout != torch.strided or t.is_nested:
+        kind = "a nested tensor" if t.is_nested else f"layout {t.layout}"
+        raise TypeError(f"{arg} must be a dense tensor (layout torch.strided), got {kind}")
+
+
 def check_out(x: torch.Tensor, out, shape: tuple, arg: str = "out", *, memory: bool = True) -> None:
-    """Check ``out``'s type, shape, dtype, device and contiguity, and (``memory``) that it misses ``x``."""
+    """Check ``out``'s type, layout, shape, dtype, device, contiguity and conjugate or negative bit, and
+    (``memory``) that it misses ``x``."""
     if not isinstance(out, torch.Tensor):
         raise TypeError(f"{arg} must be a torch.Tensor or None, got {type(out).__name__}")
+    check_dense(out, arg)
     if out.shape != shape:
         raise ValueError(f"{arg} must have shape {tuple(shape)}, got {tuple(out.shape)}")
     if out.dtype != x.dtype:
@@ -113,6 +130,9 @@ def check_out(x: torch.Tensor, out, shape: tuple, arg: str = "out", *, memory: b
         raise ValueError(f"{arg} must be on {x.device} (x's device), got {out.device}")
     if not out.is_contiguous():
         raise ValueError(f"{arg} must be contiguous, got strides {tuple(out.stride())}")
+    if out.is_conj() or out.is_neg():
+        raise ValueError(f"{arg} must not be a conjugate or negative view (the kernels write plain values); "
+                         f"pass a plain tensor")  # fmt: skip
     if memory:
         check_no_overlap(x, out, arg)
 
@@ -120,11 +140,37 @@ def check_out(x: torch.Tensor, out, shape: tuple, arg: str = "out", *, memory: b
 def check_input(x, ndim: int | None = 2, arg: str = "x") -> None:
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"{arg} must be a torch.Tensor, got {type(x).__name__}")
+    check_dense(x, arg)
     if ndim is not None and x.dim() != ndim:
         raise ValueError(f"{arg} must be {ndim}-D, got a {x.dim()}-D tensor of shape {tuple(x.shape)}")
     dtypes.check_dtype(x.dtype, arg)
     if not (x.is_cuda or x.is_cpu):
         raise ValueError(f"{arg} must be on a CPU or CUDA device, got {x.device}")
+
+
+def resolved(x: torch.Tensor) -> torch.Tensor:
+    """``x``'s values in plain memory: a conjugate or negative view resolved into a temporary."""
+    return x.resolve_conj().resolve_neg() if x.is_conj() or x.is_neg() else x
+
+
+def tracks_grad(x: torch.Tensor, out, name: str) -> bool:
+    """Whether autograd must record the call (grad mode, ``x`` requires grad); refuses an ``out`` under
+    autograd, as torch does."""
+    if not torch.is_grad_enabled():
+        return False
+    if out is not None and (x.requires_grad or out.requires_grad):
+        which = "x" if x.requires_grad else "out"
+        raise ValueError(f"{name}() with out= does not support autograd, but {which} requires grad: call it "
+                         f"without out, or under torch.no_grad()")  # fmt: skip
+    return x.requires_grad
+
+
+def written(out: torch.Tensor) -> None:
+    """Tell autograd that ``out`` changed in place (the kernels write through its address)."""
+    _increment_version((out,))
+
+
+_increment_version = torch._C._increment_version  # torch.autograd.graph.increment_version, less its wrapper
 
 
 def resolve_backend(x: torch.Tensor, backend: str) -> str:
@@ -217,22 +263,30 @@ PREPARED_LIMIT = 4096
 def _fast_cuda(x: torch.Tensor, out, backend: str):
     """The common valid call on a CUDA tensor, each attribute read once (host time is most of a small
     transpose's cost); None for anything else, which the checked path then handles or refuses."""
-    shape = x.shape
-    if len(shape) != 2 or type(backend) is not str:
+    if x.requires_grad or x.is_neg():
+        return None
+    try:
+        shape = x.shape  # (raises for a nested tensor,
+        if len(shape) != 2 or type(backend) is not str:
+            return None
+        sxm, sxn = x.stride()  # and for a sparse one: the checked path refuses both by name)
+    except RuntimeError:
         return None
     M, N = shape
     device = x.get_device()
     if _gpu_count is None or (_gpu_count > 1 and device != torch.cuda.current_device()):
         return None
     dtype = x.dtype
-    sxm, sxn = x.stride()
+    if dtype in _COMPLEX and x.is_conj():
+        return None
     x0 = x.data_ptr()
     if out is None:
         fresh = out = x.new_empty(N, M)  # a new block: it cannot overlap x
     else:
         fresh = None
         if (type(out) is not torch.Tensor or out.shape != (N, M) or out.dtype != dtype or out.get_device() != device
-                or not out.is_contiguous()):  # fmt: skip
+                or not out.is_contiguous() or out.requires_grad or out.is_neg()
+                or (dtype in _COMPLEX and out.is_conj())):  # fmt: skip
             return None
     o0 = out.data_ptr()
     key = (M, N, sxm, sxn, dtype, device, backend, x0 & 15, o0 & 15)
@@ -240,10 +294,15 @@ def _fast_cuda(x: torch.Tensor, out, backend: str):
     if prepared is None:
         return None
     go, x_bytes, out_bytes = prepared
-    if fresh is None and o0 < x0 + x_bytes and x0 < o0 + out_bytes:
-        return None  # overlap: the checked path says so
+    if fresh is None:
+        if o0 < x0 + x_bytes and x0 < o0 + out_bytes:
+            return None  # overlap: the checked path says so
+        _increment_version((out,))
     go(x, out, x0, o0)
     return out
+
+
+_COMPLEX = frozenset({torch.complex64, torch.complex32})  # the supported dtypes that can carry the conjugate bit
 
 
 def _prepare(key: tuple):
@@ -295,15 +354,32 @@ def _transpose(x: torch.Tensor, out: torch.Tensor | None, backend: str) -> torch
     M, N = x.shape
     chosen = resolve_backend(x, backend)
     if out is None:
+        if tracks_grad(x, out, "transpose"):
+            return _TransposeGrad.apply(x, backend)
         out = x.new_empty((N, M))
     else:
         check_out(x, out, (N, M))
+        tracks_grad(x, out, "transpose")
+        written(out)
     if x.numel() == 0:
         return out
+    x = resolved(x)
     if backend == "auto":
         chosen = _auto_kernel(chosen, x.element_size(), x.stride(1), M, out.data_ptr())
     _on_device_of(x, _run, x, out, chosen)
     return out
+
+
+class _TransposeGrad(torch.autograd.Function):
+    """``transpose`` under autograd: y = x.T, so dx = dy.T, moved by the same kernels."""
+
+    @staticmethod
+    def forward(ctx, x, backend):
+        return _transpose(x, None, backend)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return transpose(grad), None
 
 
 PERMUTE_BACKENDS = ("auto", "triton", "torch")
@@ -338,17 +414,43 @@ def _permute(x, dims, out, backend):
     chosen = resolve_backend(x, "triton" if backend == "auto" and x.device.type == "cuda" else backend)
     out_shape = tuple(x.shape[d] for d in dims)
     if out is None:
-        out = torch.empty(out_shape, dtype=x.dtype, device=x.device)
+        if tracks_grad(x, out, "permute"):
+            return _PermuteGrad.apply(x, dims, backend)
+        out = x.new_empty(out_shape)  # (a tensor subclass stays one, as in transpose)
     else:
         check_out(x, out, out_shape)
+        tracks_grad(x, out, "permute")
+        written(out)
     if x.numel() == 0:
         return out
+    x = resolved(x)
     if chosen == "torch":
         out.copy_(x.permute(dims))
         return out
     p = _plan_permute(tuple(x.shape), tuple(x.stride()), dims, x.element_size())
     _on_device_of(x, _run_permute, x, out, p)
     return out
+
+
+class _PermuteGrad(torch.autograd.Function):
+    """``permute`` under autograd: the gradient goes back through the inverse permutation."""
+
+    @staticmethod
+    def forward(ctx, x, dims, backend):
+        ctx.inverse = inverse_perm(dims)
+        return _permute(x, dims, None, backend)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return permute(grad, ctx.inverse), None, None
+
+
+def inverse_perm(dims) -> tuple:
+    """The permutation that undoes ``dims`` (a checked permutation of non-negative dims)."""
+    inverse = [0] * len(dims)
+    for i, d in enumerate(dims):
+        inverse[d] = i
+    return tuple(inverse)
 
 
 _plan_permute = lru_cache(maxsize=256)(plan.plan_permute)  # a call's arguments here are all tuples and ints
@@ -384,6 +486,13 @@ def _(x, backend):
     return x.new_empty((x.shape[1], x.shape[0]))
 
 
+def _transpose_op_backward(ctx, grad):
+    return torch.ops.tileflip.transpose(grad, "auto"), None
+
+
+_transpose_op.register_autograd(_transpose_op_backward)
+
+
 @torch.library.custom_op("tileflip::transpose_out", mutates_args=("out",))
 def _transpose_out_op(x: torch.Tensor, out: torch.Tensor, backend: str) -> None:
     _transpose(x, out, backend)
@@ -405,6 +514,18 @@ def _(x, dims, backend):
     check_input(x, ndim=None)
     dims = plan.check_perm(tuple(dims), x.dim())
     return x.new_empty(tuple(x.shape[d] for d in dims))
+
+
+def _permute_op_setup(ctx, inputs, output):
+    x, dims, _ = inputs
+    ctx.inverse = list(inverse_perm(plan.check_perm(tuple(dims), x.dim())))
+
+
+def _permute_op_backward(ctx, grad):
+    return torch.ops.tileflip.permute(grad, ctx.inverse, "auto"), None, None
+
+
+_permute_op.register_autograd(_permute_op_backward, setup_context=_permute_op_setup)
 
 
 @torch.library.custom_op("tileflip::permute_out", mutates_args=("out",))

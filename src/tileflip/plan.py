@@ -32,6 +32,25 @@ def _check_positive_ints(names_values: dict, what: str) -> None:
             raise ValueError(f"{name} must be a positive int ({what}), got {value!r} of type {type(value).__name__}")
 
 
+# Triton's largest tensor (TRITON_MAX_TENSOR_NUMEL): a tile of more elements cannot be compiled.
+MAX_TILE_ELEMENTS = 2**20
+WARP_COUNTS = (1, 2, 4, 8, 16, 32)
+
+
+def check_tile(block_m, block_n, num_warps=None, arg: str = "block") -> None:
+    """Refuse a Triton tile that could not be compiled: sides that are not positive powers of two, more
+    than MAX_TILE_ELEMENTS elements, or a warp count other than 1 to 32 in powers of two."""
+    for side in (block_m, block_n):
+        if type(side) is not int or side <= 0 or side & (side - 1):
+            raise ValueError(f"{arg} sides must be positive powers of two (Triton's tile shapes), "
+                             f"got {block_m}x{block_n}")  # fmt: skip
+    if block_m * block_n > MAX_TILE_ELEMENTS:
+        raise ValueError(f"{arg} must hold at most {MAX_TILE_ELEMENTS} elements (Triton's largest tensor), got "
+                         f"{block_m}x{block_n}")  # fmt: skip
+    if num_warps is not None and num_warps not in WARP_COUNTS:
+        raise ValueError(f"num_warps must be one of {WARP_COUNTS}, got {num_warps!r}")
+
+
 def cdiv(a, b):
     """Ceiling division that also works on symbolic sizes (only ``//`` and unary minus are used)."""
     return -(-a // b)

@@ -248,7 +248,7 @@ WIDE_LOAD_STEP = (VECTOR_BYTES, 2, 8, True)
 # on 4: 1.00 / 0.88). Tiles of 64 x 256 on 4 warps for the other int8 launches of the step lost (4-byte
 # stores, (60,2816,416): 0.92 -> 0.76; 8-byte stores, (7,46,8,72,38,10): 0.86 -> 0.36). The int8
 # (11,39,...) launch keeps int64 offsets (its B tail, 512 lanes over 429, decodes past 2**31); with its
-# tail lanes clamped to B's last index and int32 offsets it ran at 0.20 (run 7, commit-less experiment:
+# tail lanes clamped to B's last index and int32 offsets it ran at 0.20 (run 7, code not kept:
 # 255 registers and 920 bytes of stack per thread against 254 and none).
 WIDE_LOAD_TILES = {(1, 1): (512, 64, 4), (1, 2): (256, 64, 4), (2, 4): (64, 128, 4)}
 # Transposed tiles (kind tiles) of 4-byte elements whose narrower side moves 4 or 16 bytes: a tile of

@@ -1,0 +1,224 @@
+"""What a torch user expects beyond the bits: conjugate and negative views, layouts the kernels cannot
+read, autograd (gradients, ``out=`` under autograd, the version counter of a written ``out``), and the
+command line's refusals."""
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+from conftest import HAS_GPU
+from helpers import assert_bits_equal, bits, poisoned, random_bits
+
+import tileflip
+
+DEVICES = [pytest.param("cpu", marks=pytest.mark.skipif(HAS_GPU, reason="on a GPU machine the gpu cases run")),
+           pytest.param("cuda", marks=pytest.mark.gpu)]  # fmt: skip
+
+
+def _complex(shape, device, seed=0):
+    return torch.complex(random_bits(shape, torch.float32, device, seed), random_bits(shape, torch.float32, device,
+                                                                                      seed + 1))  # fmt: skip
+
+
+def _calls():
+    return [("transpose", lambda t: tileflip.transpose(t), lambda t: t.t()),
+            ("permute", lambda t: tileflip.permute(t, (1, 0)), lambda t: t.permute(1, 0))]  # fmt: skip
+
+
+# --------------------------------------------------------------------------------------------------
+# Conjugate and negative views: resolved values for x, a refusal for out.
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_conjugate_and_negative_views_give_their_values(device):
+    c = _complex((33, 65), device)
+    for name, call, ref in _calls():
+        for view in (c.conj(), c.conj().imag, torch._neg_view(c.real)):
+            assert view.is_conj() or view.is_neg()
+            call(view.resolve_conj().resolve_neg())  # the plain layout's kernel is compiled (and prepared) first
+            got = call(view)
+            want = ref(view).resolve_conj().resolve_neg().contiguous()
+            assert_bits_equal(torch.view_as_real(got) if got.is_complex() else got,
+                              torch.view_as_real(want) if want.is_complex() else want)  # fmt: skip
+
+
+@pytest.mark.gpu
+def test_conjugate_view_on_a_prepared_signature():
+    """The CUDA fast path keys its prepared launches by sizes, strides and dtype; a conjugate view of the
+    same signature must not reuse the plain launch on the raw bits."""
+    c = _complex((40, 72), "cuda")
+    for _ in range(3):
+        out = torch.empty((72, 40), dtype=torch.complex64, device="cuda")
+        tileflip.transpose(c, out)
+    tileflip.transpose(c.conj(), out)
+    assert torch.equal(torch.view_as_real(out), torch.view_as_real(c.conj().t().resolve_conj().contiguous()))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_conjugate_or_negative_out_is_refused(device):
+    x = _complex((3, 4), device)
+    for out in (torch.zeros((4, 3), dtype=torch.complex64, device=device).conj(),
+                torch._neg_view(torch.zeros((4, 3), dtype=torch.complex64, device=device))):  # fmt: skip
+        before = torch.view_as_real(out.resolve_conj().resolve_neg()).clone()
+        with pytest.raises(ValueError, match="out must not be a conjugate or negative view"):
+            tileflip.transpose(x, out)
+        with pytest.raises(ValueError, match="out must not be a conjugate or negative view"):
+            tileflip.permute(x, (1, 0), out)
+        assert torch.equal(torch.view_as_real(out.resolve_conj().resolve_neg()), before)
+
+
+# --------------------------------------------------------------------------------------------------
+# Layouts
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_sparse_and_nested_tensors_are_refused_by_name(device):
+    dense = random_bits((4, 6), torch.float32, device)
+    sparse = [dense.to_sparse(), dense.to_sparse_csr()]
+    for x in sparse:
+        for call in (lambda t: tileflip.transpose(t), lambda t: tileflip.permute(t, (1, 0)),
+                     lambda t: tileflip.cast_transpose(t)):  # fmt: skip
+            with pytest.raises(TypeError, match=r"x must be a dense tensor \(layout torch.strided\)"):
+                call(x)
+        with pytest.raises(TypeError, match=r"out must be a dense tensor"):
+            tileflip.transpose(dense, dense.t().contiguous().to_sparse())
+    nested = torch.nested.nested_tensor([dense, dense[:2]])
+    with pytest.raises(TypeError, match="x must be a dense tensor .* a nested tensor"):
+        tileflip.transpose(nested)
+
+
+# --------------------------------------------------------------------------------------------------
+# Autograd
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_gradients_flow_through_transpose_and_permute(device):
+    w = random_bits((5, 7), torch.float32, device).requires_grad_()
+    weight = random_bits((7, 5), torch.float32, device, seed=2)
+    (tileflip.transpose(w) * weight).sum().backward()
+    assert_bits_equal(w.grad, weight.t())
+    v = random_bits((2, 3, 4), torch.float32, device).requires_grad_()
+    weight = random_bits((4, 2, 3), torch.float32, device, seed=3)
+    y = tileflip.permute(v, (2, 0, -2))
+    assert y.grad_fn is not None
+    (y * weight).sum().backward()
+    assert_bits_equal(v.grad, weight.permute(1, 2, 0))
+    with torch.no_grad():
+        assert tileflip.transpose(w).grad_fn is None
+
+
+def test_gradients_flow_through_the_compiled_ops():
+    x = random_bits((5, 7), torch.float32).requires_grad_()
+    f = torch.compile(lambda t: tileflip.transpose(t) * 2, fullgraph=True, backend="aot_eager")
+    f(x).sum().backward()
+    assert torch.equal(x.grad, torch.full((5, 7), 2.0))
+    v = random_bits((2, 3, 4), torch.float32).requires_grad_()
+    weight = random_bits((4, 2, 3), torch.float32, seed=3)
+    g = torch.compile(lambda t: tileflip.permute(t, (2, 0, 1)) * weight, fullgraph=True, backend="aot_eager")
+    g(v).sum().backward()
+    assert_bits_equal(v.grad, weight.permute(1, 2, 0))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_out_under_autograd_is_refused(device):
+    x = random_bits((3, 4), torch.float32, device)
+    out = poisoned((4, 3), torch.float32, device)
+    with pytest.raises(ValueError, match=r"transpose\(\) with out= does not support autograd, but x requires grad"):
+        tileflip.transpose(x.clone().requires_grad_(), out)
+    with pytest.raises(ValueError, match=r"permute\(\) with out= .* but out requires grad"):
+        tileflip.permute(x, (1, 0), out.clone().requires_grad_())
+    assert_bits_equal(out, poisoned((4, 3), torch.float32, device))
+    with torch.no_grad():  # as torch allows it
+        tileflip.transpose(x.clone().requires_grad_(), out)
+    assert_bits_equal(out, x.t())
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("op", ["transpose", "permute"])
+def test_a_written_out_counts_as_changed_for_autograd(device, op):
+    """A tensor saved for backward and then overwritten through out= must make backward fail, as torch's
+    in-place writes do, not give a gradient of the new values. Repeated so the CUDA fast path is covered."""
+    for _ in range(3):
+        saved = random_bits((5, 3), torch.float32, device)
+        w = random_bits((5, 3), torch.float32, device, seed=1).requires_grad_()
+        loss = (w * saved).sum()
+        version = saved._version
+        x = random_bits((3, 5), torch.float32, device, seed=2)
+        tileflip.transpose(x, saved) if op == "transpose" else tileflip.permute(x, (1, 0), saved)
+        assert saved._version > version
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            loss.backward()
+
+
+# --------------------------------------------------------------------------------------------------
+# cast_transpose
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_cast_transpose_reads_negative_views_as_values(device):
+    c = _complex((16, 24), device)
+    x = c.conj().imag
+    assert x.is_neg()
+    y, y_t, amax = tileflip.cast_transpose(x, scale=torch._neg_view(torch.tensor(2.0, device=device)))
+    want = (x.resolve_neg().float() * -2.0).clamp(-448, 448).to(torch.float8_e4m3fn)
+    assert_bits_equal(y, want)
+    assert_bits_equal(y_t, want.t())
+    assert amax.item() == x.abs().amax().item()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_cast_transpose_scales_and_refusals(device):
+    x = random_bits((16, 24), torch.float32, device)
+    y, _, _ = tileflip.cast_transpose(x, scale=np.float32(0.5))
+    y_ref, _, _ = tileflip.cast_transpose(x, scale=0.5)
+    assert torch.equal(bits(y), bits(y_ref))
+    with pytest.raises(ValueError, match="scale must be within float range"):
+        tileflip.cast_transpose(x, scale=10**400)
+    with pytest.raises(TypeError, match="scale must be a real number"):
+        tileflip.cast_transpose(x, scale="2")
+    with pytest.raises(ValueError, match="cast_transpose is not differentiable, but x requires grad"):
+        tileflip.cast_transpose(x.clone().requires_grad_())
+    with torch.no_grad():
+        tileflip.cast_transpose(x.clone().requires_grad_())
+
+
+# --------------------------------------------------------------------------------------------------
+# The command line: a refused argument is one line on stderr and exit status 2, never a traceback.
+# --------------------------------------------------------------------------------------------------
+
+CLI_REFUSALS = [
+    (["plan", "--shape", "8x4x3", "--perm", "0,0,1"], "dims must be a permutation"),
+    (["plan", "--shape", "8x4", "--dtype", "nope"], "dtype must be one of"),
+    (["plan", "--shape", "31x65", "--block", "0x32"], "block sides must be positive powers of two"),
+    (["plan", "--shape", "31x65", "--block", "33x32"], "block sides must be positive powers of two"),
+    (["plan", "--shape", "31x65", "--block", "4096x4096"], "block must hold at most 1048576 elements"),
+    (["plan", "--shape=-8x4"], "shape must be non-negative"),
+    (["analyze", "--kernel", "triton", "--num-warps", "3"], r"num_warps must be one of"),
+    (["analyze", "--threads", "64x64"], "threads must be positive with at most 1024"),
+    (["analyze", "--sample", "0"], "sample must be a positive int"),
+    (["analyze", "--strides", "a,b"], "strides must look like 512,1"),
+    (["bench", "--plot", "/nonexistent/results.json"], "No such file"),
+]
+
+
+@pytest.mark.parametrize("argv,message", CLI_REFUSALS, ids=[" ".join(a) for a, _ in CLI_REFUSALS])
+def test_cli_refusals_are_one_line(argv, message):
+    code = f"import sys; from tileflip.cli import main; sys.exit(main({argv!r}))"
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 2, run.stderr
+    assert "Traceback" not in run.stderr
+    assert message in run.stderr.strip().splitlines()[-1]
+
+
+def test_bench_cast_suite_option_anywhere():
+    argv = ["bench", "--quick", "--suite", "cast", "--help"]
+    code = f"import sys; from tileflip.cli import main; sys.exit(main({argv!r}))"
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert "tileflip bench --suite cast" in run.stdout
