@@ -269,7 +269,8 @@ def _fast_cuda(x: torch.Tensor, out, backend: str):
         shape = x.shape  # (raises for a nested tensor,
         if len(shape) != 2 or type(backend) is not str:
             return None
-        sxm, sxn = x.stride()  # and for a sparse one: the checked path refuses both by name)
+        sxm, sxn = x.stride()
+        x0 = x.data_ptr()  # and for a sparse one: the checked path refuses both by name)
     except RuntimeError:
         return None
     M, N = shape
@@ -279,14 +280,16 @@ def _fast_cuda(x: torch.Tensor, out, backend: str):
     dtype = x.dtype
     if dtype in _COMPLEX and x.is_conj():
         return None
-    x0 = x.data_ptr()
     if out is None:
         fresh = out = x.new_empty(N, M)  # a new block: it cannot overlap x
     else:
         fresh = None
-        if (type(out) is not torch.Tensor or out.shape != (N, M) or out.dtype != dtype or out.get_device() != device
-                or not out.is_contiguous() or out.requires_grad or out.is_neg()
-                or (dtype in _COMPLEX and out.is_conj())):  # fmt: skip
+        try:  # (a sparse out raises here: the checked path refuses it by name)
+            if (type(out) is not torch.Tensor or out.shape != (N, M) or out.dtype != dtype
+                    or out.get_device() != device or not out.is_contiguous() or out.requires_grad or out.is_neg()
+                    or (dtype in _COMPLEX and out.is_conj())):  # fmt: skip
+                return None
+        except RuntimeError:
             return None
     o0 = out.data_ptr()
     key = (M, N, sxm, sxn, dtype, device, backend, x0 & 15, o0 & 15)
