@@ -59,7 +59,7 @@ NAMED = [
     ("kept_run_of_3", (6, 5, 4, 8, 9, 3), (3, 1, 4, 0, 2, 5), torch.float32, "contiguous", "rows"),
     # inner dimension kept, 4 floats: 16-byte vectors on both sides across folded dimensions
     ("kept_run_of_4_vectors", (16, 8, 32, 4), (2, 0, 1, 3), torch.float32, "contiguous", "rows"),
-    # kept runs of 384 floats: the flat rows kernel, its last program partly masked (1440 vectors, 512 each)
+    # kept runs of 384 floats: the flat rows kernel, its last program partly masked (1440 vectors, 256 each)
     ("kept_long_runs_flat", (3, 5, 4, 96), (1, 0, 2, 3), torch.float32, "contiguous", "rows"),
     # moved, both runs short and of odd length: several dimensions on each tile axis
     ("moved_odd_short_runs", (5, 7, 6, 9, 3), (4, 2, 0, 3, 1), torch.int8, "contiguous", "tiles"),

@@ -280,10 +280,14 @@ SHORT_RUN_BYTES = 16
 # 0.99; bf16 (320,128,1344) (1,0,2) 0.94 -> 0.97; bf16 (8,4096,32,128) (0,2,1,3), 256 bytes, 0.97 either
 # way; bf16 (124,24,84,12,16) (3,2,0,1,4), 32-byte runs, 0.92 -> 0.62 (the tile kernel's loads run
 # across the input's next dimensions there), hence the minimum. 1024 to 4096 elements on 4 or 8 warps
-# were within 0.01 of one another.
+# were within 0.01 of one another then (under the earlier zero_ flush); under timing's "l2" flush
+# (session 14 run 10, experiments/h200-2026-12-01-permute-variants-flat-s14run10.json, twice each,
+# interleaved) 1024 elements on 4 warps took fp32 (68,38,72,92) from 1.01-1.02 to 1.05 of copy and
+# (37,16,24,29,44) from 1.07-1.08 to 1.10, the two bf16 cases level at 1.00; 2048 on 8 warps 1.05 and
+# 1.08-1.10; 4096 on 4 warps 0.98 and 1.06; 1024 on 8 warps lost 20 to 26 points on the bf16 cases.
 ROWS_FLAT = True
 ROWS_FLAT_MIN_BYTES = 256
-ROWS_FLAT_ELEMENTS = 2048
+ROWS_FLAT_ELEMENTS = 1024
 ROWS_FLAT_WARPS = 4
 # ``permute_launch``: vector widths from the runs the tile's axes form (``run_vector_widths``) where they
 # are wider than those of each side's fastest dimension alone (False: the latter only); the tile follows
