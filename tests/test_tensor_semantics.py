@@ -58,6 +58,15 @@ def test_conjugate_view_on_a_prepared_signature():
 
 
 @pytest.mark.parametrize("device", DEVICES)
+def test_complex32_conjugate_views(device):
+    c = _complex((9, 17), device).to(torch.complex32)
+    for name, call, ref in _calls():
+        got = call(c.conj())
+        assert not got.is_conj()
+        assert_bits_equal(torch.view_as_real(got), torch.view_as_real(ref(c.conj()).resolve_conj().contiguous()))
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_conjugate_or_negative_out_is_refused(device):
     x = _complex((3, 4), device)
     for out in (torch.zeros((4, 3), dtype=torch.complex64, device=device).conj(),
@@ -117,11 +126,50 @@ def test_gradients_flow_through_the_compiled_ops():
     f = torch.compile(lambda t: tileflip.transpose(t) * 2, fullgraph=True, backend="aot_eager")
     f(x).sum().backward()
     assert torch.equal(x.grad, torch.full((5, 7), 2.0))
-    v = random_bits((2, 3, 4), torch.float32).requires_grad_()
     weight = random_bits((4, 2, 3), torch.float32, seed=3)
-    g = torch.compile(lambda t: tileflip.permute(t, (2, 0, 1)) * weight, fullgraph=True, backend="aot_eager")
-    g(v).sum().backward()
-    assert_bits_equal(v.grad, weight.permute(1, 2, 0))
+    for dims in ((2, 0, 1), (-1, 0, -2)):
+        v = random_bits((2, 3, 4), torch.float32).requires_grad_()
+        torch._dynamo.reset()
+        g = torch.compile(lambda t, d=dims: tileflip.permute(t, d) * weight, fullgraph=True, backend="aot_eager")
+        g(v).sum().backward()
+        assert_bits_equal(v.grad, weight.permute(1, 2, 0))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_forward_mode_tangents_follow_the_op(device):
+    import torch.autograd.forward_ad as fwAD
+
+    x = random_bits((5, 7), torch.float32, device)
+    t = random_bits((5, 7), torch.float32, device, seed=4)
+    with fwAD.dual_level():
+        y = tileflip.transpose(fwAD.make_dual(x, t))
+        assert_bits_equal(fwAD.unpack_dual(y).tangent, t.t())
+        v, w = x.view(5, 7, 1), t.view(5, 7, 1)
+        z = tileflip.permute(fwAD.make_dual(v, w), (2, -2, 0))
+        assert_bits_equal(fwAD.unpack_dual(z).tangent, w.permute(2, 1, 0))
+        with pytest.raises(ValueError, match=r"transpose\(\) with out= does not support autograd"):
+            tileflip.transpose(fwAD.make_dual(x, t), poisoned((7, 5), torch.float32, device))
+
+
+def test_torch_func_grad_through_transpose_and_permute():
+    weight = random_bits((7, 5), torch.float32, seed=2)
+    g = torch.func.grad(lambda t: (tileflip.transpose(t) * weight).sum())(random_bits((5, 7), torch.float32))
+    assert_bits_equal(g, weight.t())
+    weight = random_bits((4, 2, 3), torch.float32, seed=3)
+    v = random_bits((2, 3, 4), torch.float32)
+    g = torch.func.grad(lambda t: (tileflip.permute(t, (-1, 0, 1)) * weight).sum())(v)
+    assert_bits_equal(g, weight.permute(1, 2, 0))
+
+
+def test_torch_func_jvp_and_vmap():
+    x, t = random_bits((5, 7), torch.float32), random_bits((5, 7), torch.float32, seed=1)
+    _, tangent = torch.func.jvp(tileflip.transpose, (x,), (t,))
+    assert_bits_equal(tangent, t.t())
+    batch = random_bits((4, 5, 7), torch.float32, seed=2)
+    assert_bits_equal(torch.vmap(tileflip.transpose)(batch), batch.transpose(1, 2))
+    assert_bits_equal(torch.vmap(tileflip.transpose, in_dims=2)(batch.permute(1, 2, 0)), batch.transpose(1, 2))
+    z = random_bits((3, 2, 4, 5), torch.float32, seed=3)
+    assert_bits_equal(torch.vmap(lambda a: tileflip.permute(a, (2, 0, -2)))(z), z.permute(0, 3, 1, 2))
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -155,6 +203,21 @@ def test_a_written_out_counts_as_changed_for_autograd(device, op):
             loss.backward()
 
 
+def test_a_refused_call_leaves_out_unchanged_for_autograd(monkeypatch):
+    """A call refused after the argument checks (here: cuda-vec's own conditions, reached through a
+    stand-in for a CUDA tensor's backend) moves neither out's bits nor its version counter."""
+    from tileflip import ops
+
+    x = random_bits((3, 5), torch.int8)
+    out = poisoned((5, 3), torch.int8)
+    monkeypatch.setattr(ops, "resolve_backend", lambda x, backend: "cuda-vec")
+    version = out._version
+    with pytest.raises(ValueError, match="backend='cuda-vec' cannot take this call"):
+        tileflip.transpose(x, out, backend="cuda-vec")
+    assert out._version == version
+    assert_bits_equal(out, poisoned((5, 3), torch.int8))
+
+
 # --------------------------------------------------------------------------------------------------
 # cast_transpose
 # --------------------------------------------------------------------------------------------------
@@ -162,7 +225,8 @@ def test_a_written_out_counts_as_changed_for_autograd(device, op):
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_cast_transpose_reads_negative_views_as_values(device):
-    c = _complex((16, 24), device)
+    gen = torch.Generator().manual_seed(0)
+    c = torch.randn((16, 24), dtype=torch.complex64, generator=gen).to(device)  # finite: amax compares equal
     x = c.conj().imag
     assert x.is_neg()
     y, y_t, amax = tileflip.cast_transpose(x, scale=torch._neg_view(torch.tensor(2.0, device=device)))
@@ -203,6 +267,7 @@ CLI_REFUSALS = [
     (["analyze", "--threads", "64x64"], "threads must be positive with at most 1024"),
     (["analyze", "--sample", "0"], "sample must be a positive int"),
     (["analyze", "--strides", "a,b"], "strides must look like 512,1"),
+    (["analyze", "--strides", "1"], "strides must look like 512,1"),
     (["bench", "--plot", "/nonexistent/results.json"], "No such file"),
 ]
 

@@ -1170,8 +1170,10 @@ def cli(argv: list[str]) -> int:
     kernels = KERNELS if args.kernel == "all" else (args.kernel or "naive",)
     try:
         strides = tuple(int(s) for s in args.strides.split(",")) if args.strides else None
+        if strides is not None and len(strides) != 2:
+            raise ValueError
     except ValueError:
-        raise ValueError(f"strides must look like 512,1 (elements), got {args.strides!r}") from None
+        raise ValueError(f"strides must look like 512,1 (elements, two of them), got {args.strides!r}") from None
     reports = [
         # --threads shapes the naive block; it reaches a tiled kernel only when that kernel alone is asked for.
         analyze(k, args.shape, args.dtype,

@@ -245,6 +245,12 @@ def _sync_meta(ctx: _Ctx, check: Callable[[], list]) -> list:
 
 def _check_common(ctx: _Ctx, x, arg: str, ndim: int, chunks, backend) -> None:
     ops.check_input(x, ndim=ndim, arg=arg)
+    if x.is_conj() or x.is_neg():
+        raise ValueError(f"{arg} must not be a conjugate or negative view (the exchange moves plain bits); pass "
+                         f"{arg}.resolve_conj().resolve_neg()")  # fmt: skip
+    if x.requires_grad and torch.is_grad_enabled():
+        raise ValueError(f"tileflip.distributed is not differentiable, but {arg} requires grad: call it under "
+                         f"torch.no_grad() or on {arg}.detach()")  # fmt: skip
     if x.device.type not in ctx.devices:
         raise ValueError(f"{arg} is on {x.device}, but the group's backend ({ctx.config}) does not carry it")
     if chunks != "auto" and (type(chunks) is not int or chunks < 1):

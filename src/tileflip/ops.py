@@ -2,15 +2,17 @@
 
 Every call is checked before anything is written, in this order: ``x`` (type, layout, rank, dtype),
 ``backend``, ``out`` (type, layout, shape, dtype, device, contiguity, a conjugate or negative view,
-overlap with ``x``), then the backend's device. Each refusal is a ``TypeError`` or ``ValueError`` whose
-message names the argument.
+overlap with ``x``), the backend's device, then ``out=`` under autograd. Each refusal is a ``TypeError``
+or ``ValueError`` whose message names the argument.
 
 ``x`` may be a conjugate or negative view (``c.conj()``, ``c.conj().imag``): its values are resolved
 into a temporary first, as ``x.resolve_conj().resolve_neg()``. Autograd: ``transpose(x)`` and
-``permute(x, dims)`` of an ``x`` that requires grad (in grad mode) return a result whose gradient is the
-inverse transpose or permute of the incoming one; with ``out`` such a call is refused, as torch refuses
+``permute(x, dims)`` of an ``x`` that requires grad (in grad mode) or carries a forward-mode tangent
+return a result whose gradient is the inverse transpose or permute of the incoming one (and whose tangent
+the same op of x's), moved by backend ``"auto"``; with ``out`` such a call is refused, as torch refuses
 ``out=`` arguments under autograd. A write into ``out`` counts as an in-place change of ``out`` for
-autograd (its version counter moves), so a tensor saved for backward and then overwritten is caught.
+autograd (its version counter moves once the kernel has run), so a tensor saved for backward and then
+overwritten is caught.
 
 Backends:
 
@@ -33,6 +35,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 import torch
+import torch.autograd.forward_ad as _forward_ad
 
 from tileflip import dtypes, plan, tuning
 
@@ -154,15 +157,19 @@ def resolved(x: torch.Tensor) -> torch.Tensor:
 
 
 def tracks_grad(x: torch.Tensor, out, name: str) -> bool:
-    """Whether autograd must record the call (grad mode, ``x`` requires grad); refuses an ``out`` under
-    autograd, as torch does."""
-    if not torch.is_grad_enabled():
-        return False
-    if out is not None and (x.requires_grad or out.requires_grad):
-        which = "x" if x.requires_grad else "out"
+    """Whether autograd must record the call (grad mode and ``x`` requires grad, or ``x`` carries a
+    forward-mode tangent); refuses an ``out`` under autograd, as torch does."""
+    backward = torch.is_grad_enabled() and (x.requires_grad or (out is not None and out.requires_grad))
+    forward = _forward_ad._current_level >= 0 and _forward_ad.unpack_dual(x).tangent is not None
+    transformed = _functorch_wrapped(x)  # torch.func's grad, jvp and vmap hold x in a wrapper with no memory
+    if out is not None and (backward or forward or transformed):
+        which = "x" if x.requires_grad or forward or transformed else "out"
         raise ValueError(f"{name}() with out= does not support autograd, but {which} requires grad: call it "
                          f"without out, or under torch.no_grad()")  # fmt: skip
-    return x.requires_grad
+    return backward or forward or transformed
+
+
+_functorch_wrapped = torch._C._functorch.is_functorch_wrapped_tensor
 
 
 def written(out: torch.Tensor) -> None:
@@ -237,7 +244,8 @@ def transpose(x: torch.Tensor, out: torch.Tensor | None = None, *, backend: str 
 
     The result's bits equal ``x.T``'s for every supported dtype (1, 2, 4 and 8-byte types, moved as
     unsigned integers). ``x`` may have any strides torch allows (transposed, sliced with steps,
-    offset, expanded with stride 0); it is never copied to contiguous first.
+    offset, expanded with stride 0); it is never copied to contiguous first (but a conjugate or negative
+    view is resolved into a temporary).
 
     Under ``torch.compile`` the call goes through the registered op ``tileflip::transpose`` (or
     ``tileflip::transpose_out``); eager calls skip the dispatcher, which costs ~10 us a call.
@@ -263,7 +271,7 @@ PREPARED_LIMIT = 4096
 def _fast_cuda(x: torch.Tensor, out, backend: str):
     """The common valid call on a CUDA tensor, each attribute read once (host time is most of a small
     transpose's cost); None for anything else, which the checked path then handles or refuses."""
-    if x.requires_grad or x.is_neg():
+    if (x.requires_grad and torch.is_grad_enabled()) or x.is_neg() or _forward_ad._current_level >= 0:
         return None
     try:
         shape = x.shape  # (raises for a nested tensor,
@@ -284,7 +292,7 @@ def _fast_cuda(x: torch.Tensor, out, backend: str):
         fresh = out = x.new_empty(N, M)  # a new block: it cannot overlap x
     else:
         fresh = None
-        try:  # (a sparse out raises here: the checked path refuses it by name)
+        try:  # (a compressed sparse out raises here: the checked path refuses it by name)
             if (type(out) is not torch.Tensor or out.shape != (N, M) or out.dtype != dtype
                     or out.get_device() != device or not out.is_contiguous() or out.requires_grad or out.is_neg()
                     or (dtype in _COMPLEX and out.is_conj())):  # fmt: skip
@@ -356,33 +364,50 @@ def _transpose(x: torch.Tensor, out: torch.Tensor | None, backend: str) -> torch
     check_input(x)
     M, N = x.shape
     chosen = resolve_backend(x, backend)
-    if out is None:
+    given = out is not None
+    if not given:
         if tracks_grad(x, out, "transpose"):
             return _TransposeGrad.apply(x, backend)
         out = x.new_empty((N, M))
     else:
         check_out(x, out, (N, M))
         tracks_grad(x, out, "transpose")
-        written(out)
     if x.numel() == 0:
         return out
     x = resolved(x)
     if backend == "auto":
         chosen = _auto_kernel(chosen, x.element_size(), x.stride(1), M, out.data_ptr())
     _on_device_of(x, _run, x, out, chosen)
+    if given:  # (after the launch: a call its kernel refuses, as cuda-vec may, has changed nothing)
+        written(out)
     return out
 
 
 class _TransposeGrad(torch.autograd.Function):
-    """``transpose`` under autograd: y = x.T, so dx = dy.T, moved by the same kernels."""
+    """``transpose`` under autograd: y = x.T, so dx = dy.T and the tangent of y is the tangent of x
+    transposed, moved by the same kernels (backend ``"auto"``: a gradient's layout is not the call's)."""
 
     @staticmethod
-    def forward(ctx, x, backend):
+    def forward(x, backend):
         return _transpose(x, None, backend)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        pass
 
     @staticmethod
     def backward(ctx, grad):
         return transpose(grad), None
+
+    @staticmethod
+    def jvp(ctx, x_tangent, _):
+        return transpose(x_tangent)
+
+    @staticmethod
+    def vmap(info, in_dims, x, backend):
+        if in_dims[0] is None:
+            return transpose(x), None
+        return permute(x.movedim(in_dims[0], 0), (0, 2, 1)), 0
 
 
 PERMUTE_BACKENDS = ("auto", "triton", "torch")
@@ -416,36 +441,53 @@ def _permute(x, dims, out, backend):
     # The tuning table's auto choice is for 2-D cases; an N-D permute on a GPU runs the Triton kernels.
     chosen = resolve_backend(x, "triton" if backend == "auto" and x.device.type == "cuda" else backend)
     out_shape = tuple(x.shape[d] for d in dims)
-    if out is None:
+    given = out is not None
+    if not given:
         if tracks_grad(x, out, "permute"):
             return _PermuteGrad.apply(x, dims, backend)
         out = x.new_empty(out_shape)  # (a tensor subclass stays one, as in transpose)
     else:
         check_out(x, out, out_shape)
         tracks_grad(x, out, "permute")
-        written(out)
     if x.numel() == 0:
         return out
     x = resolved(x)
     if chosen == "torch":
-        out.copy_(x.permute(dims))
+        out.copy_(x.permute(dims))  # (moves out's version counter itself)
         return out
     p = _plan_permute(tuple(x.shape), tuple(x.stride()), dims, x.element_size())
     _on_device_of(x, _run_permute, x, out, p)
+    if given:
+        written(out)
     return out
 
 
 class _PermuteGrad(torch.autograd.Function):
-    """``permute`` under autograd: the gradient goes back through the inverse permutation."""
+    """``permute`` under autograd: the gradient goes back through the inverse permutation, the tangent
+    forward through the same one (backend ``"auto"``)."""
 
     @staticmethod
-    def forward(ctx, x, dims, backend):
-        ctx.inverse = inverse_perm(dims)
+    def forward(x, dims, backend):
         return _permute(x, dims, None, backend)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.dims = inputs[1]
+        ctx.inverse = inverse_perm(inputs[1])
 
     @staticmethod
     def backward(ctx, grad):
         return permute(grad, ctx.inverse), None, None
+
+    @staticmethod
+    def jvp(ctx, x_tangent, *_):
+        return permute(x_tangent, ctx.dims)
+
+    @staticmethod
+    def vmap(info, in_dims, x, dims, backend):
+        if in_dims[0] is None:
+            return permute(x, dims), None
+        return permute(x.movedim(in_dims[0], 0), (0, *(d + 1 for d in dims))), 0
 
 
 def inverse_perm(dims) -> tuple:

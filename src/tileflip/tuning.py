@@ -245,7 +245,7 @@ WIDE_LOAD_STEP = (VECTOR_BYTES, 2, 8, True)
 # int8 (28,86,14,2,40,28) (0,2,4,3,5,1), 2-byte stores: 0.63-0.66 -> 0.75-0.76 under 256 x 64 on 4 (five
 # runs; 128 x 128 on 4, run 7's h1w4 of session 12, 0.71-0.72); bf16 (46,188,88,88) (1,2,3,0) and
 # (320,50,28,88) (0,2,3,1), 4-byte stores: 0.98 / 0.96 -> 1.01 / 0.99 under 64 x 128 on 4 (h1w4; 256 x 64
-# on 4: 1.00 / 0.88). Tiles of 64 x 256 on 4 warps for the other int8 launches of the step lost (4-byte
+# on 4: 1.00 / 0.88). Tiles of 256 x 64 on 4 warps for the other int8 launches of the step lost (4-byte
 # stores, (60,2816,416): 0.92 -> 0.76; 8-byte stores, (7,46,8,72,38,10): 0.86 -> 0.36). The int8
 # (11,39,...) launch keeps int64 offsets (its B tail, 512 lanes over 429, decodes past 2**31); with its
 # tail lanes clamped to B's last index and int32 offsets it ran at 0.20 (run 7, code not kept:
