@@ -31,6 +31,8 @@ import numbers
 
 import torch
 
+from tileflip.ops import check_dense
+
 INPUT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
 
@@ -50,9 +52,7 @@ def _kernels():
 def _check_x(x) -> None:
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
-    if x.layout != torch.strided or x.is_nested:
-        raise TypeError(f"x must be a dense tensor (layout torch.strided), got "
-                        f"{'a nested tensor' if x.is_nested else f'layout {x.layout}'}")  # fmt: skip
+    check_dense(x, "x")
     if x.requires_grad and torch.is_grad_enabled():
         raise ValueError("cast_transpose is not differentiable, but x requires grad: call it under torch.no_grad() "
                          "or on x.detach()")  # fmt: skip
@@ -79,8 +79,7 @@ def _check_dtype(dtype) -> None:
 def _check_scale(x: torch.Tensor, scale) -> float | torch.Tensor:
     """The scale as the kernel takes it (a Python float, or a plain 0-d float32 tensor), or a named error."""
     if isinstance(scale, torch.Tensor):
-        if scale.layout != torch.strided:
-            raise TypeError(f"scale must be a dense tensor (layout torch.strided), got layout {scale.layout}")
+        check_dense(scale, "scale")
         if scale.dim() != 0:
             raise ValueError(f"scale must be a 0-d tensor, got shape {tuple(scale.shape)}")
         if scale.dtype != torch.float32:
