@@ -19,7 +19,8 @@ tiles only, 0 to transposed tiles only; ``area`` above 1 doubles the smaller sid
 (``tuning.WHOLE_B_WASTE``), ``flat`` / ``flatel`` / ``flatw`` (``tuning.ROWS_FLAT``, its elements per program
 and warps), ``vrun`` / ``vrunall`` / ``evict`` / ``magic`` (0 or 1: ``tuning.VECTOR_RUNS`` /
 ``VECTOR_RUNS_TILE_ALL`` / ``PERMUTE_EVICT_LAST`` / ``PERMUTE_MAGIC``), ``aout`` (0 or 1:
-``tuning.FOLD_A_OUTPUT_ORDER``).
+``tuning.FOLD_A_OUTPUT_ORDER``), ``t2dmin`` (``plan.TRANSPOSE2D_MIN_BYTES``: a large value sends 2-D permutes
+to the tile kernel instead of the 2-D transpose kernel).
 Prints one line per case and a summary per variant. ``PERMUTE_CASES`` (space-separated pieces of case
 labels, e.g. ``"23x21x112 1792x50"``) keeps only the cases whose label contains one of them.
 """
@@ -32,7 +33,7 @@ import sys
 import torch
 
 import tileflip
-from tileflip import bench, timing, tuning
+from tileflip import bench, ops, plan, timing, tuning
 from tileflip.kernels import triton_permute
 
 BASE_CONFIG = tuning.permute_config
@@ -55,6 +56,7 @@ SCALARS = {
 DEFAULTS = {key: getattr(tuning, attr) for key, (attr, _) in SCALARS.items()}
 # The 2-D table's large-class tiles (area and warps; the permute kernel has its own order and orientation).
 TABLE_TILES = {es: tuning._config(es, "large") for es in (1, 2, 4, 8)}
+TRANSPOSE2D_MIN_BYTES = plan.TRANSPOSE2D_MIN_BYTES
 
 
 def parse(spec: str) -> tuple[str, dict]:
@@ -79,6 +81,8 @@ def apply(opts: dict) -> None:
     one_step = "nhalve" in opts or "nwarps" in opts
     tuning.WIDE_LOAD_STEP = WIDE_LOAD_STEP if opts.get("wload", 1) and not one_step else None
     tuning.WIDE_LOAD_TILES = WIDE_LOAD_TILES if opts.get("wtiles", 1) else {}
+    plan.TRANSPOSE2D_MIN_BYTES = int(opts.get("t2dmin", TRANSPOSE2D_MIN_BYTES))
+    ops._plan_permute.cache_clear()  # plans (their kinds) are cached per call's arguments
     if one_step:  # one narrow step for every vector under 16 bytes
         halvings, warps = int(opts.get("nhalve", 1)), int(opts.get("nwarps", 8))
         tuning.NARROW_STEPS = ((tuning.VECTOR_BYTES, halvings, warps, bool(opts.get("noff32", 1))),)
