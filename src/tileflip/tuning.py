@@ -627,11 +627,12 @@ def permute_config(element_size: int, vector_bytes: int = VECTOR_BYTES, kept: bo
     it has one for the element size and the stores), else a half tile on 8 warps, a quarter on 4 under 3
     bytes. Transposed (not ``kept``) 4-byte tiles follow TILES_4B where it has an entry."""
     config = PERMUTE_TILES[element_size]
-    tile = tiles_4b(element_size, vector_bytes, kept) or wide_load_tile(element_size, vector_bytes, kept,
-                                                                         load_bytes, store_bytes)  # fmt: skip
+    step = narrow_step(vector_bytes, load_bytes, kept, element_size)
+    tile = tiles_4b(element_size, vector_bytes, kept)
+    if tile is None and step is not None and step is WIDE_LOAD_STEP:  # by the stores as launched, where given
+        tile = WIDE_LOAD_TILES.get((element_size, store_bytes or vector_bytes))
     if tile is not None:
         return config._replace(block_m=tile[0], block_n=tile[1], num_warps=tile[2])
-    step = narrow_step(vector_bytes, load_bytes, kept, element_size)
     if step is None:
         return config._replace(maxnreg=PERMUTE_MAXNREG.get(element_size, 0))
     _, halvings, warps, _ = step
@@ -643,16 +644,6 @@ def tiles_4b(element_size: int, vector_bytes: int, kept: bool) -> tuple | None:
     if kept or element_size != 4:
         return None
     return TILES_4B.get(vector_bytes)
-
-
-def wide_load_tile(element_size: int, vector_bytes: int, kept: bool, load_bytes: int,
-                   store_bytes: int) -> tuple | None:  # fmt: skip
-    """WIDE_LOAD_TILES' (B, A, warps) for a launch of WIDE_LOAD_STEP that it covers (by the stores as
-    launched, ``store_bytes``, where given; else the narrower side's ``vector_bytes``), else None."""
-    step = narrow_step(vector_bytes, load_bytes, kept, element_size)
-    if step is None or step is not WIDE_LOAD_STEP:
-        return None
-    return WIDE_LOAD_TILES.get((element_size, store_bytes or vector_bytes))
 
 
 def _halve(config: TileConfig, halvings: int) -> TileConfig:
