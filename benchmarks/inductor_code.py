@@ -1,5 +1,6 @@
 """Print the Triton code torch.compile (inductor) generates for `x.t().contiguous()` on the 2-D suite's
-cases where it is the fastest peer, to compare its kernels with tileflip's; or, given cases
+cases where it is the fastest peer, to compare its kernels with tileflip's (and, at the end, the configuration
+its autotuner kept for each kernel); or, given cases
 ``SHAPE:PERM:DTYPE`` (``23,21,112,32,16:2,1,4,3,0:float32``), for ``x.permute(PERM).contiguous()``.
 
 ``python benchmarks/inductor_code.py [SHAPE:PERM:DTYPE ...]`` (GPU)."""
@@ -31,3 +32,11 @@ for shape, dtype, perm in CASES:
                 print(line)
             if keep and line.startswith("''', device_str"):
                 keep = False
+
+from torch._inductor.codecache import PyCodeCache  # noqa: E402
+
+for module in list(PyCodeCache.modules):
+    for name in dir(module):
+        kernel = getattr(module, name)
+        for launcher in getattr(kernel, "launchers", None) or ():
+            print(f"# autotuner kept for {name} (size hints {getattr(kernel, 'size_hints', '?')}): {launcher.config}")
