@@ -36,6 +36,7 @@ METRICS = [
     "smsp__warp_issue_stalled_drain_per_warp_active.pct",
     "smsp__warp_issue_stalled_math_pipe_throttle_per_warp_active.pct",
     "smsp__warp_issue_stalled_wait_per_warp_active.pct",
+    "lts__throughput.avg.pct_of_peak_sustained_elapsed", "smsp__inst_executed_pipe_lsu.sum",
 ]  # fmt: skip
 
 CASES = [

@@ -6,7 +6,9 @@ with keys ``fold`` (``tuning.FOLD_FACTOR``), ``bfast`` (``tuning.B_FAST_RULE``),
 sizes, as digits, for ``tuning.B_FIRST_SIZES``; 0 for none; the library's when absent), ``t2d`` (element
 sizes, as digits, that take the 2-D table's large tile as ``tuning.PERMUTE_TILES``), ``narrow`` /
 ``off32`` / ``t4b`` (0 or 1: ``tuning.NARROW_RULE``, ``tuning.OFFSETS32_RULE``, ``tuning.TILES_4B``),
-``wload`` (0: ``tuning.WIDE_LOAD_STEP`` off), ``wtiles`` (0: ``tuning.WIDE_LOAD_TILES`` off), ``nhalve`` /
+``wload`` (0: ``tuning.WIDE_LOAD_STEP`` off), ``wtiles`` (0: ``tuning.WIDE_LOAD_TILES`` off),
+``wafast`` / ``wl64`` (0: ``tuning.WIDE_LOAD_A_FAST`` / ``WIDE_LOAD_OFFSETS64`` empty), ``regcap`` /
+``capall`` (``tuning.REGISTER_CAP``, 0 for none / ``REGISTER_CAP_ALL``), ``nhalve`` /
 ``nwarps`` / ``noff32`` (one narrow step for every vector under 16 bytes, WIDE_LOAD_STEP off: its halvings,
 warps, and 0 to keep its int64 offsets), ``warps`` (num_warps) and ``area`` (a factor on the large
 tile's area: 0.5 halves the larger side; with ``warps`` or ``area`` the narrow rule and TILES_4B are
@@ -22,7 +24,8 @@ and warps), ``vrun`` / ``vrunall`` / ``evict`` / ``magic`` (0 or 1: ``tuning.VEC
 ``tuning.FOLD_A_OUTPUT_ORDER``), ``t2dmin`` (``plan.TRANSPOSE2D_MIN_BYTES``: a large value sends 2-D permutes
 to the tile kernel instead of the 2-D transpose kernel).
 Prints one line per case and a summary per variant. ``PERMUTE_CASES`` (space-separated pieces of case
-labels, e.g. ``"23x21x112 1792x50"``) keeps only the cases whose label contains one of them.
+labels, e.g. ``"23x21x112 1792x50"``) keeps only the cases whose label contains one of them;
+``PERMUTE_EXTRA`` (``DTYPE:AxBxC:p,q,r ...``) adds cases of its own.
 """
 
 import json
@@ -40,6 +43,8 @@ BASE_CONFIG = tuning.permute_config
 NARROW_STEPS = tuning.NARROW_STEPS
 WIDE_LOAD_STEP = tuning.WIDE_LOAD_STEP
 WIDE_LOAD_TILES = tuning.WIDE_LOAD_TILES
+WIDE_LOAD_A_FAST = tuning.WIDE_LOAD_A_FAST
+WIDE_LOAD_OFFSETS64 = tuning.WIDE_LOAD_OFFSETS64
 TILES_4B = tuning.TILES_4B
 PERMUTE_TILES = tuning.PERMUTE_TILES
 B_FIRST_SIZES = tuning.B_FIRST_SIZES
@@ -51,7 +56,8 @@ SCALARS = {
     "flatw": ("ROWS_FLAT_WARPS", int), "bfast": ("B_FAST_RULE", bool), "narrow": ("NARROW_RULE", bool),
     "short": ("SHORT_RUN_BYTES", int), "off32": ("OFFSETS32_RULE", bool), "vrun": ("VECTOR_RUNS", bool),
     "vrunall": ("VECTOR_RUNS_TILE_ALL", bool), "evict": ("PERMUTE_EVICT_LAST", bool),
-    "magic": ("PERMUTE_MAGIC", bool), "aout": ("FOLD_A_OUTPUT_ORDER", bool),
+    "magic": ("PERMUTE_MAGIC", bool), "aout": ("FOLD_A_OUTPUT_ORDER", bool), "regcap": ("REGISTER_CAP", int),
+    "capall": ("REGISTER_CAP_ALL", bool),
 }  # fmt: skip
 DEFAULTS = {key: getattr(tuning, attr) for key, (attr, _) in SCALARS.items()}
 # The 2-D table's large-class tiles (area and warps; the permute kernel has its own order and orientation).
@@ -81,6 +87,8 @@ def apply(opts: dict) -> None:
     one_step = "nhalve" in opts or "nwarps" in opts
     tuning.WIDE_LOAD_STEP = WIDE_LOAD_STEP if opts.get("wload", 1) and not one_step else None
     tuning.WIDE_LOAD_TILES = WIDE_LOAD_TILES if opts.get("wtiles", 1) else {}
+    tuning.WIDE_LOAD_A_FAST = WIDE_LOAD_A_FAST if opts.get("wafast", 1) else frozenset()
+    tuning.WIDE_LOAD_OFFSETS64 = WIDE_LOAD_OFFSETS64 if opts.get("wl64", 1) else frozenset()
     plan.TRANSPOSE2D_MIN_BYTES = int(opts.get("t2dmin", TRANSPOSE2D_MIN_BYTES))
     ops._plan_permute.cache_clear()  # plans (their kinds) are cached per call's arguments
     if one_step:  # one narrow step for every vector under 16 bytes
@@ -122,6 +130,9 @@ def main(out_path: str, specs: list[str]) -> None:
     cases = bench.suite_cases("permute") + bench.suite_cases("permute-random")
     if os.environ.get("PERMUTE_CASES"):
         cases = [c for c in cases if any(piece in c.label for piece in os.environ["PERMUTE_CASES"].split())]
+    for spec in os.environ.get("PERMUTE_EXTRA", "").split():
+        dtype, shape, perm = spec.split(":")
+        cases.append(bench.Case(tuple(int(v) for v in shape.split("x")), dtype, tuple(int(v) for v in perm.split(","))))
     records = []
     for case in cases:
         x = bench._make_input(case)

@@ -428,10 +428,13 @@ def test_wide_load_step_covers_transposed_tiles_with_16_byte_loads_and_narrower_
 # Launches of tuning.WIDE_LOAD_STEP (16-byte loads, narrower stores) and their tiles, by the element size
 # and the stores' bytes: WIDE_LOAD_TILES' tile where it has one (the random suite's case, then a small one
 # that the interpreter runs), the step's quarter tile on 8 warps elsewhere.
-# (The first launch's masked tail of B, 512 lanes over 429, decodes offsets past 2**31: int64 offsets.)
+# The 1-byte-store tile keeps int64 offsets (WIDE_LOAD_OFFSETS64) and takes B's output runs only where they
+# span its B side (WIDE_LOAD_LONG_RUNS), else the step's tile.
 WIDE_LOAD_CASES = [
-    ((11, 39, 29, 21, 42, 24), (5, 4, 2, 3, 1, 0), 1, (16, 1), (512, 64), 4, True),  # measured 0.41 -> 0.59
-    ((6, 5, 9, 48), (0, 3, 1, 2), 1, (16, 1), (512, 64), 4, False),
+    ((11, 39, 29, 21, 42, 24), (5, 4, 2, 3, 1, 0), 1, (16, 1), (1024, 32), 4, True),  # 0.41 -> 0.67 of copy
+    ((5, 7, 31, 32), (3, 0, 1, 2), 1, (16, 1), (1024, 32), 4, True),  # B's output run 1085
+    ((2400, 5, 9, 480), (0, 3, 1, 2), 1, (16, 1), (64, 128), 8, False),  # runs of 45: 0.07 -> 0.55
+    ((6, 5, 9, 48), (0, 3, 1, 2), 1, (16, 1), (128, 64), 8, False),  # runs of 45
     ((28, 86, 14, 2, 40, 28), (0, 2, 4, 3, 5, 1), 1, (16, 2), (256, 64), 4, False),  # 0.63 -> 0.75 of copy
     ((24, 6, 2, 24), (0, 2, 3, 1), 1, (16, 2), (256, 64), 4, False),
     ((46, 188, 88, 88), (1, 2, 3, 0), 2, (8, 2), (64, 128), 4, False),  # 0.98 -> 1.01
@@ -447,13 +450,50 @@ def test_wide_load_tiles_follow_the_stores_as_launched(shape, dims, element_size
     assert (go.vec, go.blocks, go.num_warps, go.kept, go.offsets64) == (vec, blocks, warps, False, offsets64)
 
 
+def _launch_int8(shape, dims):
+    return tuning.permute_launch(plan.plan_permute(shape, _contiguous_strides(shape), dims, 1), 1)
+
+
+def test_wide_load_a_fast_steps_along_a(monkeypatch):
+    """Launches on a WIDE_LOAD_A_FAST tile step along A although int8 is in B_FIRST_SIZES (int8
+    (11,39,...): 0.58 -> 0.65 of copy); the 2-byte-store tile keeps stepping along B."""
+    assert 1 in tuning.B_FIRST_SIZES and (1, 1) in tuning.WIDE_LOAD_A_FAST
+    for shape, dims in (((11, 39, 29, 21, 42, 24), (5, 4, 2, 3, 1, 0)), ((5, 7, 31, 32), (3, 0, 1, 2))):
+        assert _launch_int8(shape, dims).b_fast is False
+    assert _launch_int8((28, 86, 14, 2, 40, 28), (0, 2, 4, 3, 5, 1)).b_fast is True  # (1, 2): B first
+    monkeypatch.setattr(tuning, "WIDE_LOAD_A_FAST", frozenset())
+    assert _launch_int8((11, 39, 29, 21, 42, 24), (5, 4, 2, 3, 1, 0)).b_fast is True
+
+
+def test_wide_load_one_byte_stores_keep_int64_offsets_under_a_register_cap(monkeypatch):
+    """The 1-byte-store tile's launches keep int64 offsets and pass REGISTER_CAP (int8 (11,39,29,5,42,24)
+    had compiled to 32 registers and a 3280-byte stack with int32 offsets and no cap: 0.06 of copy, now
+    0.70); the other WIDE_LOAD_TILES launches keep int32 offsets and no cap."""
+    go = _launch_int8((11, 39, 29, 5, 42, 24), (5, 4, 2, 3, 1, 0))
+    assert (go.blocks, go.offsets64, go.maxnreg, go.options["maxnreg"]) == ((1024, 32), True, 255, 255)
+    go = _launch_int8((28, 86, 14, 2, 40, 28), (0, 2, 4, 3, 5, 1))
+    assert (go.blocks, go.offsets64, go.maxnreg, "maxnreg" in go.options) == ((256, 64), False, 0, False)
+    monkeypatch.setattr(tuning, "WIDE_LOAD_OFFSETS64", frozenset())
+    monkeypatch.setattr(tuning, "REGISTER_CAP", 0)
+    go = _launch_int8((11, 39, 29, 5, 42, 24), (5, 4, 2, 3, 1, 0))
+    assert (go.offsets64, go.maxnreg) == (False, 0)
+
+
+def test_b_output_run_counts_the_outputs_contiguous_dims():
+    """B's dims innermost first while each is the output's next outer one (the output is contiguous in
+    the merged sizes' order)."""
+    assert tuning.b_output_run((11, 39, 609, 42, 24), (4, 3, 2)) == 24 * 42 * 609
+    assert tuning.b_output_run((28, 14, 40, 2, 28, 86), (5, 3, 1)) == 86
+    assert tuning.b_output_run((7, 9), ()) == 1
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_wide_load_tiles_move_exact_bits(device):
     """The small cases above, one per WIDE_LOAD_TILES entry, each on its own tile: bits equal on poisoned
     outputs, also from an input whose last dimension is cut from a longer one (strided rows)."""
     covered = set()
     for shape, dims, element_size, *_ in WIDE_LOAD_CASES:
-        if math.prod(shape) > 20000:
+        if math.prod(shape) > 40000:
             continue
         dtype = {1: torch.int8, 2: torch.bfloat16}[element_size]
         for i, view in enumerate(("contiguous", "narrowed")):
@@ -820,6 +860,16 @@ def test_plan_text_names_the_flat_rows_kernel():
 
     text = explain.permute_text((37, 16, 24, 29, 44), (0, 2, 1, 3, 4), dtype="float32")
     assert "flat rows kernel" in text and "4-element vectors (16 B loads and stores)" in text
+
+
+def test_plan_text_names_the_program_order_and_register_cap():
+    from tileflip import explain
+
+    text = explain.permute_text((11, 39, 29, 21, 42, 24), (5, 4, 2, 3, 1, 0), dtype="int8")
+    assert "tile 1024 (B) x 32 (A)" in text and "at most 255 registers" in text
+    assert "consecutive programs along A" in text
+    text = explain.permute_text((28, 86, 14, 2, 40, 28), (0, 2, 4, 3, 5, 1), dtype="int8")
+    assert "registers" not in text and "consecutive programs along B" in text
 
 
 def _flat_view(rng: random.Random, dtype, device, seed):

@@ -127,8 +127,9 @@ def _permute_launch(p, size) -> list[str]:
         f"  batch (per program): {axis(go.batch_dims)} = {go.batch}",
         f"vectors on full tiles: loads {go.vec[0]}, stores {go.vec[1]} elements"
         f" ({go.vec[0] * size} B / {go.vec[1] * size} B); {64 if go.offsets64 else 32}-bit offsets"
-        f"{'; 64-bit tile indices' if go.wide else ''}",
-        f"grid: {go.grid[0]} x {go.grid[1]} = {tiles} tiles x {go.batch} batch elements = {go.programs} programs (1-D)",
+        f"{'; 64-bit tile indices' if go.wide else ''}{f'; at most {go.maxnreg} registers' if go.maxnreg else ''}",
+        f"grid: {go.grid[0]} x {go.grid[1]} = {tiles} tiles x {go.batch} batch elements = {go.programs} programs (1-D),"
+        f" consecutive programs along {'B' if go.b_fast else 'A'}",
     ]
 
 

@@ -242,6 +242,8 @@ WIDE_LOAD_STEP = (VECTOR_BYTES, 2, 8, True)
 # (experiments/h200-2026-12-01-permute-variants-wide-load-tiles-s14.json): int8 (11,39,29,21,42,24)
 # (5,4,2,3,1,0), 1-byte stores: 0.41 of copy under the step's 64 (B) x 128 (A) on 8 warps, 0.59 (twice)
 # under 512 x 64 on 4 (0.55 on 2 warps at 256 x 64; 512 x 64 on 8 warps 0.38, 1024 x 64 0.21-0.24);
+# since session 15, stepping along A (WIDE_LOAD_A_FAST), 1024 x 32 on 4 warps: 0.67 of copy in three
+# rounds against 512 x 64's 0.65 (runs 5 and 6; 32 x 512 0.62-0.65, 2048 x 32 on 8 warps 0.47);
 # int8 (28,86,14,2,40,28) (0,2,4,3,5,1), 2-byte stores: 0.63-0.66 -> 0.75-0.76 under 256 x 64 on 4 (five
 # runs; 128 x 128 on 4, run 7's h1w4 of session 12, 0.71-0.72); bf16 (46,188,88,88) (1,2,3,0) and
 # (320,50,28,88) (0,2,3,1), 4-byte stores: 0.98 / 0.96 -> 1.01 / 0.99 under 64 x 128 on 4 (h1w4; 256 x 64
@@ -250,7 +252,32 @@ WIDE_LOAD_STEP = (VECTOR_BYTES, 2, 8, True)
 # (11,39,...) launch keeps int64 offsets (its B tail, 512 lanes over 429, decodes past 2**31); with its
 # tail lanes clamped to B's last index and int32 offsets it ran at 0.20 (run 7, code not kept:
 # 255 registers and 920 bytes of stack per thread against 254 and none).
-WIDE_LOAD_TILES = {(1, 1): (512, 64, 4), (1, 2): (256, 64, 4), (2, 4): (64, 128, 4)}
+WIDE_LOAD_TILES = {(1, 1): (1024, 32, 4), (1, 2): (256, 64, 4), (2, 4): (64, 128, 4)}
+# WIDE_LOAD_TILES keys whose launches step along A (consecutive programs take the same B rows' next
+# piece of A) even where B_FIRST_SIZES would step along B. A tile 64 bytes wide along A leaves each input
+# row's run to many programs (16 for a 1008-byte run), and pieces 16-aligned cross 32-byte sectors that
+# their neighbours along A read too; stepping along B put those neighbours a wave or more apart. Measured
+# on the permute suites, H200, 2026-12-01 session 15 (experiments/h200-2026-12-01-permute-variants-
+# wide-load-order-s15.json): int8 (11,39,29,21,42,24) (5,4,2,3,1,0), the only suite launch with the key,
+# ran at 0.59-0.60 of copy stepping along B and 0.65-0.66 along A (runs 4 and 5, three rounds);
+# (1, 2)'s int8 (28,86,14,2,40,28) was level (0.75 either way), and the int8 launches outside
+# WIDE_LOAD_TILES lost up to 21 points along A (B_FIRST_SIZES above).
+WIDE_LOAD_A_FAST = frozenset({(1, 1)})
+# WIDE_LOAD_TILES keys whose tile a launch takes only where the output's contiguous run along B
+# (``b_output_run``) is at least the tile's B side; else the step's own tile. The 1-byte-store tile
+# (1024 x 32) ran at 0.07-0.09 of copy against the step tile's 0.40-0.72 on six int8 shapes whose B folds
+# runs of 15 to 231 elements ((2400,5,9,480) (0,3,1,2): 45; (1600,13,9,160) (0,3,2,1): 117; int8
+# (6,5,9,48) (0,3,1,2) compiled to 32 registers and a 3424-byte stack), and at 0.67-0.73 against 0.42-0.49
+# on runs of 32760 to 261261 (session 15 run 8, experiments/h200-2026-12-01-permute-variants-wide-load-
+# runs-s15run8.json). The 2-byte-store tile keeps its runs of 86 (int8 (28,86,14,2,40,28): 0.75 against
+# 0.63), as do the bf16 4-byte-store tile's suite launches; no suite launch changes.
+WIDE_LOAD_LONG_RUNS = frozenset({(1, 1)})
+# WIDE_LOAD_TILES keys whose launches keep int64 offsets (the step allows int32). On 1-byte stores the
+# tile's 64-bit store addresses fit: int8 (11,39,29,5,42,24) (5,4,2,3,1,0), 60 MiB, compiled to 250
+# registers and no stack with int64 offsets, to 255 registers and a 904-byte stack (or, without
+# REGISTER_CAP, 32 and 3280 bytes) with int32 ones, and ran at 0.70 of copy against 0.06 (session 15
+# run 7); (13,41,300,64) (3,2,1,0) likewise (254 registers, none; 255 and 920 bytes).
+WIDE_LOAD_OFFSETS64 = frozenset({(1, 1)})
 # Transposed tiles (kind tiles) of 4-byte elements whose narrower side moves 4 or 16 bytes: a tile of
 # their own, in place of the 2-D tile (16-byte vectors) or the narrow step's tile and warps (4-byte
 # vectors; its int64 offsets are kept). 16-byte vectors: half the 2-D tile's area on 16 warps, measured on
@@ -327,6 +354,22 @@ PERMUTE_MAGIC = True
 # Register caps (``maxnreg``) of tile launches whose both sides move 16-byte vectors, by element size
 # (none where absent).
 PERMUTE_MAXNREG: dict = {}
+# The register cap (``maxnreg``) of the launches on WIDE_LOAD_TILES keys in WIDE_LOAD_CAPPED (of every
+# tile launch with REGISTER_CAP_ALL) that set none of their own: ptxas's own limit, 255, made explicit.
+# Without it ptxas 12.8 (Triton 3.6's) can answer a demand above 255 registers with 32 registers and
+# kilobytes of spills: int8 (11,39,29,5,42,24) (5,4,2,3,1,0) on the 1024 x 32 tile with int32 offsets
+# compiled to 32 registers and a 3280-byte stack, (6,5,9,48) (0,3,1,2) on 512 x 64 to 32 registers and
+# 3424 bytes (255 and 1440 under the cap; cuobjdump of the sm_90 cubins, session 15); int8 (600,5,9,480)
+# (0,3,1,2) ran at 0.05 of copy without the cap, 0.11 with it (run 7). An explicit cap also moves ptxas's
+# choice where a launch fits: most suite launches took more registers under it (bf16 (32,48,47,18,10,3)
+# 96 -> 121), and over the two suites (REGISTER_CAP_ALL, run 7, twice) the median went from 0.954 to
+# 0.945-0.948 of copy, int8 (60,2816,416) 0.92 -> 0.81, (26,60,104,39,20) 0.88 -> 0.79, bf16
+# (21,23,45,11,12,42) 0.85 -> 0.74 (bf16 (30,360,4608) 0.85 -> 0.92); on the 2- and 4-byte-store tiles it
+# cost int8 (28,86,14,2,40,28) 0.76 -> 0.72, bf16 (320,50,28,88) 0.98 -> 0.95. The 1-byte-store tile's
+# int8 (11,39,29,21,42,24) launch is compiled the same with or without it.
+REGISTER_CAP = 255
+REGISTER_CAP_ALL = False
+WIDE_LOAD_CAPPED = frozenset({(1, 1)})
 
 
 def _pow2_at_most(n: int, cap: int) -> int:
@@ -619,17 +662,18 @@ PERMUTE_TILES = {
 
 
 def permute_config(element_size: int, vector_bytes: int = VECTOR_BYTES, kept: bool = True,
-                   load_bytes: int = 0, store_bytes: int = 0) -> TileConfig:  # fmt: skip
+                   load_bytes: int = 0, store_bytes: int = 0, wide_tiles: bool = True) -> TileConfig:  # fmt: skip
     """The tile area and warps of the N-D tile kernel: PERMUTE_TILES when both sides move 16-byte
     vectors; with narrower vectors (``vector_bytes``, the narrower side's; ``load_bytes`` and
     ``store_bytes``, the loads' and stores' as launched) the step ``narrow_step`` gives: a quarter tile on
     8 warps for 16-byte loads and narrower stores of a transposed tile (or WIDE_LOAD_TILES' tile where
     it has one for the element size and the stores), else a half tile on 8 warps, a quarter on 4 under 3
-    bytes. Transposed (not ``kept``) 4-byte tiles follow TILES_4B where it has an entry."""
+    bytes. Transposed (not ``kept``) 4-byte tiles follow TILES_4B where it has an entry. ``wide_tiles``
+    False: the step's own tile in place of WIDE_LOAD_TILES'."""
     config = PERMUTE_TILES[element_size]
     step = narrow_step(vector_bytes, load_bytes, kept, element_size)
     tile = tiles_4b(element_size, vector_bytes, kept)
-    if tile is None and step is not None and step is WIDE_LOAD_STEP:  # by the stores as launched, where given
+    if tile is None and step is WIDE_LOAD_STEP and wide_tiles:  # by the stores as launched, where given
         tile = WIDE_LOAD_TILES.get((element_size, store_bytes or vector_bytes))
     if tile is not None:
         return config._replace(block_m=tile[0], block_n=tile[1], num_warps=tile[2])
@@ -637,6 +681,26 @@ def permute_config(element_size: int, vector_bytes: int = VECTOR_BYTES, kept: bo
         return config._replace(maxnreg=PERMUTE_MAXNREG.get(element_size, 0))
     _, halvings, warps, _ = step
     return _halve(config, halvings)._replace(num_warps=warps)
+
+
+def wide_load_key(step, element_size: int, vector_bytes: int, kept: bool, store_bytes: int) -> tuple | None:
+    """The WIDE_LOAD_TILES key whose tile a launch of narrow step ``step`` takes (``permute_config``'s
+    choice, by the stores as launched), else None."""
+    if step is not WIDE_LOAD_STEP or tiles_4b(element_size, vector_bytes, kept) is not None:
+        return None
+    key = (element_size, store_bytes or vector_bytes)
+    return key if key in WIDE_LOAD_TILES else None
+
+
+def b_output_run(sizes, b_dims) -> int:
+    """Elements in the output's contiguous run along axis B: B's dimensions (innermost first) for as long
+    as each is the output's next outer one (the output is contiguous in the merged ``sizes``' order)."""
+    run, last = 1, None
+    for d in b_dims:
+        if last is not None and d != last - 1:
+            break
+        run, last = run * sizes[d], d
+    return run
 
 
 def tiles_4b(element_size: int, vector_bytes: int, kept: bool) -> tuple | None:
@@ -734,14 +798,21 @@ def permute_launch(p, element_size: int) -> PermuteLaunch:
 
         # the tile, its warps and offsets chosen as for vectors tile_vec, but WIDE_LOAD_STEP's condition on
         # the loads as launched (vec: after a widening, 16-byte loads over a tile chosen for narrower ones)
-        def launch(vec, tile_vec):
+        def launch(vec, tile_vec, wide_tiles=True):
             vector_bytes = min(tile_vec) * element_size
             load_bytes, store_bytes = vec[0] * element_size, vec[1] * element_size  # the vectors as launched
             step = narrow_step(vector_bytes, load_bytes, kept, element_size)  # offsets: also for TILES_4B's
-            config = permute_config(element_size, vector_bytes, kept, load_bytes, store_bytes)
+            config = permute_config(element_size, vector_bytes, kept, load_bytes, store_bytes, wide_tiles)
             whole = WHOLE_DIM_WARPS.get(element_size, 0) if step is None and not kept else 0
-            return tile_launch(sizes, p.in_strides, kept, vec, config, step is None or step[3], whole,
-                               element_size in B_FIRST_SIZES)
+            wide_key = wide_load_key(step, element_size, vector_bytes, kept, store_bytes) if wide_tiles else None
+            if REGISTER_CAP and not config.maxnreg and (REGISTER_CAP_ALL or wide_key in WIDE_LOAD_CAPPED):
+                config = config._replace(maxnreg=REGISTER_CAP)
+            b_first = element_size in B_FIRST_SIZES and wide_key not in WIDE_LOAD_A_FAST
+            offsets32 = (step is None or step[3]) and wide_key not in WIDE_LOAD_OFFSETS64
+            go = tile_launch(sizes, p.in_strides, kept, vec, config, offsets32, whole, b_first)
+            if wide_key in WIDE_LOAD_LONG_RUNS and b_output_run(sizes, go.b_dims) < go.blocks[0]:
+                return launch(vec, tile_vec, wide_tiles=False)  # its output runs are shorter than the tile
+            return go
 
         go = launch(vec, vec)
         if not VECTOR_RUNS:
