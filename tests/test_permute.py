@@ -429,16 +429,20 @@ def test_wide_load_step_covers_transposed_tiles_with_16_byte_loads_and_narrower_
 # and the stores' bytes: WIDE_LOAD_TILES' tile where it has one (the random suite's case, then a small one
 # that the interpreter runs), the step's quarter tile on 8 warps elsewhere.
 # The 1-byte-store tile keeps int64 offsets (WIDE_LOAD_OFFSETS64) and takes B's output runs only where they
-# span its B side (WIDE_LOAD_LONG_RUNS), else the step's tile.
+# span its B side or B is one run (WIDE_LOAD_MIN_RUN), else the step's tile.
 WIDE_LOAD_CASES = [
     ((11, 39, 29, 21, 42, 24), (5, 4, 2, 3, 1, 0), 1, (16, 1), (1024, 32), 4, True),  # 0.41 -> 0.67 of copy
     ((5, 7, 31, 32), (3, 0, 1, 2), 1, (16, 1), (1024, 32), 4, True),  # B's output run 1085
     ((2400, 5, 9, 480), (0, 3, 1, 2), 1, (16, 1), (64, 128), 8, False),  # runs of 45: 0.07 -> 0.55
     ((6, 5, 9, 48), (0, 3, 1, 2), 1, (16, 1), (128, 64), 8, False),  # runs of 45
     ((28, 86, 14, 2, 40, 28), (0, 2, 4, 3, 5, 1), 1, (16, 2), (256, 64), 4, False),  # 0.63 -> 0.75 of copy
-    ((24, 6, 2, 24), (0, 2, 3, 1), 1, (16, 2), (256, 64), 4, False),
+    ((2, 5, 13, 48), (3, 1, 0, 2), 1, (16, 2), (256, 64), 4, False),
+    ((24, 6, 2, 24), (0, 2, 3, 1), 1, (16, 2), (128, 64), 8, False),  # B folds runs of 6: the step's tile
+    ((15, 14, 240, 480), (2, 0, 3, 1), 1, (16, 2), (64, 128), 8, False),  # runs of 14: 0.39 -> 0.46
     ((46, 188, 88, 88), (1, 2, 3, 0), 2, (8, 2), (64, 128), 4, False),  # 0.98 -> 1.01
-    ((6, 6, 8, 9), (2, 0, 3, 1), 2, (8, 2), (64, 128), 4, False),
+    ((9, 6, 6, 12), (2, 3, 0, 1), 2, (8, 2), (64, 128), 4, False),
+    ((6, 6, 8, 9), (2, 0, 3, 1), 2, (8, 2), (64, 64), 8, False),  # B folds runs of 6: the step's tile
+    ((14, 3, 120, 48, 56), (2, 4, 3, 1, 0), 2, (8, 2), (64, 64), 8, False),  # B folds runs of 42: 0.63 -> 0.73
     ((60, 2816, 416), (1, 2, 0), 1, (16, 4), (64, 128), 8, False),  # 4-byte stores: the step (256 x 64: 0.92 -> 0.76)
     ((7, 46, 8, 72, 38, 10), (0, 3, 4, 1, 5, 2), 1, (16, 8), (64, 128), 8, False),  # 8-byte stores, the tile
 ]  # chosen for narrower vectors (VECTOR_RUNS): the step (256 x 64: 0.86 -> 0.36)
@@ -477,6 +481,15 @@ def test_wide_load_one_byte_stores_keep_int64_offsets_under_a_register_cap(monke
     monkeypatch.setattr(tuning, "REGISTER_CAP", 0)
     go = _launch_int8((11, 39, 29, 5, 42, 24), (5, 4, 2, 3, 1, 0))
     assert (go.offsets64, go.maxnreg) == (False, 0)
+
+
+def test_wide_load_tiles_need_long_output_runs_or_one_run(monkeypatch):
+    """WIDE_LOAD_MIN_RUN sends launches whose B folds output runs short of the tile to the step's tile
+    (int8 (2400,5,9,480) (0,3,1,2), runs of 45: 0.07 -> 0.55 of copy); a B of one run keeps the tile."""
+    assert _launch_int8((2400, 5, 9, 480), (0, 3, 1, 2)).blocks == (64, 128)
+    assert _launch_int8((5, 7, 31, 32), (3, 0, 1, 2)).blocks == (1024, 32)  # one run of 1085
+    monkeypatch.setattr(tuning, "WIDE_LOAD_MIN_RUN", {})
+    assert _launch_int8((2400, 5, 9, 480), (0, 3, 1, 2)).blocks == (1024, 32)
 
 
 def test_b_output_run_counts_the_outputs_contiguous_dims():

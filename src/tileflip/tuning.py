@@ -263,15 +263,17 @@ WIDE_LOAD_TILES = {(1, 1): (1024, 32, 4), (1, 2): (256, 64, 4), (2, 4): (64, 128
 # (1, 2)'s int8 (28,86,14,2,40,28) was level (0.75 either way), and the int8 launches outside
 # WIDE_LOAD_TILES lost up to 21 points along A (B_FIRST_SIZES above).
 WIDE_LOAD_A_FAST = frozenset({(1, 1)})
-# WIDE_LOAD_TILES keys whose tile a launch takes only where the output's contiguous run along B
-# (``b_output_run``) is at least the tile's B side; else the step's own tile. The 1-byte-store tile
-# (1024 x 32) ran at 0.07-0.09 of copy against the step tile's 0.40-0.72 on six int8 shapes whose B folds
-# runs of 15 to 231 elements ((2400,5,9,480) (0,3,1,2): 45; (1600,13,9,160) (0,3,2,1): 117; int8
-# (6,5,9,48) (0,3,1,2) compiled to 32 registers and a 3424-byte stack), and at 0.67-0.73 against 0.42-0.49
-# on runs of 32760 to 261261 (session 15 run 8, experiments/h200-2026-12-01-permute-variants-wide-load-
-# runs-s15run8.json). The 2-byte-store tile keeps its runs of 86 (int8 (28,86,14,2,40,28): 0.75 against
-# 0.63), as do the bf16 4-byte-store tile's suite launches; no suite launch changes.
-WIDE_LOAD_LONG_RUNS = frozenset({(1, 1)})
+# A launch takes WIDE_LOAD_TILES' tile only where axis B is one run of the output or the output's
+# contiguous run along B (``b_output_run``) is at least this fraction of the tile's B side; else the
+# step's own tile. Where B folds short runs, each tile row decodes many of them. Measured, H200, session
+# 15 (experiments/h200-2026-12-01-permute-variants-wide-load-runs-s15run{8,9}.json, twice each): the
+# 1-byte-store tile (1024 x 32) ran at 0.07-0.09 of copy against the step tile's 0.40-0.72 on six int8
+# shapes whose runs were 15 to 231 elements ((2400,5,9,480) (0,3,1,2): 45), at 0.67-0.73 against
+# 0.42-0.49 on runs of 32760 to 261261; the 2-byte-store tile (256 x 64) lost 3 to 16 points on runs of
+# 14 and 30 and won 2 and 10 on runs of 86 and 90 (int8 (28,86,14,2,40,28): 0.75 against 0.66); the bf16
+# 4-byte-store tile (64 x 128) lost 3 to 10 points on runs of 6 to 42 that B folds with more, and won 2
+# and 3 where B is one run of 46 or 50 (the suite's bf16 (46,188,88,88) and (320,50,28,88)).
+WIDE_LOAD_MIN_RUN = {(1, 1): 1.0, (1, 2): 0.25, (2, 4): 1.0}
 # WIDE_LOAD_TILES keys whose launches keep int64 offsets (the step allows int32). On 1-byte stores the
 # tile's 64-bit store addresses fit: int8 (11,39,29,5,42,24) (5,4,2,3,1,0), 60 MiB, compiled to 250
 # registers and no stack with int64 offsets, to 255 registers and a 904-byte stack (or, without
@@ -810,8 +812,10 @@ def permute_launch(p, element_size: int) -> PermuteLaunch:
             b_first = element_size in B_FIRST_SIZES and wide_key not in WIDE_LOAD_A_FAST
             offsets32 = (step is None or step[3]) and wide_key not in WIDE_LOAD_OFFSETS64
             go = tile_launch(sizes, p.in_strides, kept, vec, config, offsets32, whole, b_first)
-            if wide_key in WIDE_LOAD_LONG_RUNS and b_output_run(sizes, go.b_dims) < go.blocks[0]:
-                return launch(vec, tile_vec, wide_tiles=False)  # its output runs are shorter than the tile
+            if wide_key in WIDE_LOAD_MIN_RUN:
+                run = b_output_run(sizes, go.b_dims)
+                if run < _product(sizes[d] for d in go.b_dims) and run < go.blocks[0] * WIDE_LOAD_MIN_RUN[wide_key]:
+                    return launch(vec, tile_vec, wide_tiles=False)  # B folds output runs short of the tile
             return go
 
         go = launch(vec, vec)
