@@ -139,6 +139,14 @@ class TestErrors:
         with pytest.raises(TypeError, match="dims must be a tuple or list of ints"):
             tileflip.permute(torch.ones(2, 3, 4), dims)
 
+    def test_dims_as_torch_takes_them(self):
+        """NumPy integers, 0-d integer tensors and a torch.Size are dimensions, as for torch's permute."""
+        import numpy as np
+
+        x = random_bits((2, 3, 4), torch.float32)
+        for dims in ((np.int64(2), np.int32(0), 1), [torch.tensor(2), 0, torch.tensor(-2)], torch.Size([2, 0, 1])):
+            assert_bits_equal(tileflip.permute(x, dims), x.permute(2, 0, 1))
+
     def test_rank_too_high(self):
         with pytest.raises(ValueError, match="at most 8 dimensions"):
             tileflip.permute(torch.ones((1,) * 9), tuple(range(9)))
@@ -169,11 +177,17 @@ class TestErrors:
 def test_compiled_permute(device):
     torch._dynamo.reset()
 
+    import numpy as np
+
     def f(x):
         return tileflip.permute(x + 1, (0, 2, 1, 3)) * 2
 
+    def g(x):  # NumPy integers and negative dims reach the registered op as plain non-negative ints
+        return tileflip.permute(x, (np.int64(0), -2, 1, np.int32(-1)))
+
     x = random_bits((2, 16, 4, 8), torch.int32, device, seed=9)
     assert_bits_equal(torch.compile(f, fullgraph=True)(x), ((x + 1).permute(0, 2, 1, 3) * 2).contiguous())
+    assert_bits_equal(torch.compile(g, fullgraph=True)(x), x.permute(0, 2, 1, 3).contiguous())
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -416,7 +416,9 @@ PERMUTE_BACKENDS = ("auto", "triton", "torch")
 def permute(x: torch.Tensor, dims, out: torch.Tensor | None = None, *, backend: str = "auto") -> torch.Tensor:
     """Return ``x.permute(dims).contiguous()`` (bit for bit), or write it into ``out`` and return ``out``.
 
-    Any rank from 0 to 8, any permutation (negative dims allowed), any input strides including 0.
+    Any rank from 0 to 8, any permutation (negative dims allowed), any input strides including 0. ``dims``
+    is a tuple or list (a ``torch.Size`` too) of ints, or of what torch's ``permute`` takes as ints
+    (NumPy integers, 0-d integer tensors); not bools.
     The planner (``tileflip.plan.plan_permute``) merges dimensions that stay adjacent and picks one of
     a few fixed-rank kernels; ``tileflip plan --shape ... --perm ...`` prints the plan.
     Backends: ``"triton"`` (the kernels; on a CPU tensor only under the interpreter), ``"torch"``

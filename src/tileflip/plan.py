@@ -15,6 +15,7 @@ Two families of functions live here:
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
 
 import numpy as np
@@ -378,10 +379,23 @@ def magic_divisor(d: int) -> tuple[int, int]:
     return (magic - (1 << 32) if magic >= 1 << 31 else magic), bits - 1
 
 
+def _index(d) -> int:
+    """``d`` as an int where it is one (NumPy integers and 0-d integer tensors included, as torch's
+    ``permute`` takes them); bools and anything else raise TypeError."""
+    if isinstance(d, bool):
+        raise TypeError("a bool is not a dimension")
+    return operator.index(d)
+
+
 def check_perm(dims, rank: int) -> tuple:
-    """``dims`` as a tuple of non-negative ints, or ValueError/TypeError naming it."""
-    if not isinstance(dims, (tuple, list)) or any(type(d) is not int for d in dims):
-        raise TypeError(f"dims must be a tuple or list of ints, got {dims!r}")
+    """``dims`` as a tuple of non-negative ints, or ValueError/TypeError naming it. A tuple or list (a
+    ``torch.Size`` included) of ints or of what torch's ``permute`` takes as ints."""
+    try:
+        if not isinstance(dims, (tuple, list)):
+            raise TypeError
+        dims = tuple(_index(d) for d in dims)
+    except TypeError:
+        raise TypeError(f"dims must be a tuple or list of ints, got {dims!r}") from None
     norm = tuple(d + rank if d < 0 else d for d in dims)
     if sorted(norm) != list(range(rank)):
         raise ValueError(f"dims must be a permutation of range({rank}) (x has {rank} dimensions), got {tuple(dims)}")
