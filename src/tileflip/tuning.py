@@ -249,7 +249,8 @@ WIDE_LOAD_STEP = (VECTOR_BYTES, 2, 8, True)
 # (320,50,28,88) (0,2,3,1), 4-byte stores: 0.98 / 0.96 -> 1.01 / 0.99 under 64 x 128 on 4 (h1w4; 256 x 64
 # on 4: 1.00 / 0.88). Tiles of 256 x 64 on 4 warps for the other int8 launches of the step lost (4-byte
 # stores, (60,2816,416): 0.92 -> 0.76; 8-byte stores, (7,46,8,72,38,10): 0.86 -> 0.36). The int8
-# (11,39,...) launch keeps int64 offsets (its B tail, 512 lanes over 429, decodes past 2**31); with its
+# (11,39,...) launch keeps int64 offsets (under 512 x 64 its B tail decoded past 2**31; since session 15
+# WIDE_LOAD_OFFSETS64 keeps them on every launch of the 1-byte-store tile); with its
 # tail lanes clamped to B's last index and int32 offsets it ran at 0.20 (run 7, code not kept:
 # 255 registers and 920 bytes of stack per thread against 254 and none).
 WIDE_LOAD_TILES = {(1, 1): (1024, 32, 4), (1, 2): (256, 64, 4), (2, 4): (64, 128, 4)}
