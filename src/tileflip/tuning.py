@@ -676,8 +676,9 @@ def permute_config(element_size: int, vector_bytes: int = VECTOR_BYTES, kept: bo
     config = PERMUTE_TILES[element_size]
     step = narrow_step(vector_bytes, load_bytes, kept, element_size)
     tile = tiles_4b(element_size, vector_bytes, kept)
-    if tile is None and step is WIDE_LOAD_STEP and wide_tiles:  # by the stores as launched, where given
-        tile = WIDE_LOAD_TILES.get((element_size, store_bytes or vector_bytes))
+    wide_key = wide_load_key(step, element_size, vector_bytes, kept, store_bytes) if wide_tiles else None
+    if wide_key is not None:  # by the stores as launched, where given
+        tile = WIDE_LOAD_TILES[wide_key]
     if tile is not None:
         return config._replace(block_m=tile[0], block_n=tile[1], num_warps=tile[2])
     if step is None:
