@@ -506,6 +506,22 @@ def test_wide_load_tiles_need_long_output_runs_or_one_run(monkeypatch):
     assert _launch_int8((2400, 5, 9, 480), (0, 3, 1, 2)).blocks == (1024, 32)
 
 
+@pytest.mark.parametrize("shape,dims", [((11, 39, 29, 21, 42, 24), (5, 4, 2, 3, 1, 0)),
+                                        ((11, 39, 29, 5, 42, 24), (5, 4, 2, 3, 1, 0))])
+@without_interpreter
+def test_one_byte_store_tile_compiles_without_a_stack(shape, dims):
+    """Compiled for sm_90 (no GPU), the 1-byte-store tile's launches hold their values in registers:
+    int8 (11,39,29,5,42,24) had compiled to 32 registers and a 3280-byte stack (0.06 of copy) before
+    WIDE_LOAD_OFFSETS64 and REGISTER_CAP."""
+    from tileflip.kernels.triton_layout import resource_usage
+    from tileflip.kernels.triton_permute import compiled_tile_kernel
+
+    p = plan.plan_permute(shape, _contiguous_strides(shape), dims, 1)
+    assert tuning.permute_launch(p, 1).blocks == tuning.WIDE_LOAD_TILES[(1, 1)][:2]
+    usage = resource_usage(compiled_tile_kernel(p, 1))
+    assert usage["stack"] == 0 and usage["regs"] > 32, usage
+
+
 def test_b_output_run_counts_the_outputs_contiguous_dims():
     """B's dims innermost first while each is the output's next outer one (the output is contiguous in
     the merged sizes' order)."""

@@ -170,8 +170,9 @@ def access_layouts(ttgir: str) -> dict:
 
 
 def resource_usage(compiled) -> dict:
-    """Registers and shared memory of a compiled kernel (registers from the bundled cuobjdump, else None)."""
-    usage = {"shared": int(compiled.metadata.shared), "regs": None}
+    """Registers, stack bytes per thread and shared memory of a compiled kernel (registers and stack from
+    the bundled cuobjdump, else None)."""
+    usage = {"shared": int(compiled.metadata.shared), "regs": None, "stack": None}
     tool = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
     tool = str(tool) if tool.exists() else shutil.which("cuobjdump")
     if tool and "cubin" in compiled.asm:
@@ -181,6 +182,8 @@ def resource_usage(compiled) -> dict:
             out = subprocess.run([tool, "-res-usage", str(path)], capture_output=True, text=True, check=False).stdout
         match = re.search(r"REG:(\d+)", out)
         usage["regs"] = int(match.group(1)) if match else None
+        match = re.search(r"STACK:(\d+)", out)
+        usage["stack"] = int(match.group(1)) if match else None
     return usage
 
 
