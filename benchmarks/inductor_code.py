@@ -33,10 +33,7 @@ for shape, dtype, perm in CASES:
             if keep and line.startswith("''', device_str"):
                 keep = False
 
-from torch._inductor.codecache import PyCodeCache  # noqa: E402
+from ragged_tiles import inductor_choice  # noqa: E402 (beside this script)
 
-for module in list(PyCodeCache.modules):
-    for name in dir(module):
-        kernel = getattr(module, name)
-        for launcher in getattr(kernel, "launchers", None) or ():
-            print(f"# autotuner kept for {name} (size hints {getattr(kernel, 'size_hints', '?')}): {launcher.config}")
+for kept in inductor_choice():
+    print(f"# autotuner kept for {kept}")

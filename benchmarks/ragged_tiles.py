@@ -46,16 +46,17 @@ def _configs(es: int, N: int, table) -> list:
     return [table] + [c for c in candidates(es) if N % c.block_n == 0]
 
 
-def _inductor_choice() -> list:
-    """The configurations inductor's autotuner kept, from the modules it has loaded."""
+def inductor_choice() -> list:
+    """The configurations inductor's autotuner kept, from the modules it has loaded (also printed by
+    ``inductor_code.py``)."""
     from torch._inductor.codecache import PyCodeCache
 
     found = []
     for module in list(PyCodeCache.modules):
         for name in dir(module):
-            launchers = getattr(getattr(module, name), "launchers", None)
-            if launchers:
-                found += [f"{name}: {launcher.config}" for launcher in launchers]
+            kernel = getattr(module, name)
+            for launcher in getattr(kernel, "launchers", None) or ():
+                found.append(f"{name} (size hints {getattr(kernel, 'size_hints', '?')}): {launcher.config}")
     return found
 
 
@@ -64,7 +65,7 @@ def _compile_row(x, src, dst, about) -> dict:
     fn = torch.compile(lambda t: t.t().contiguous(), dynamic=False)
     y = fn(x)
     assert torch.equal(y, x.t()), f"torch.compile wrong on {about['shape']}"
-    choice = _inductor_choice()
+    choice = inductor_choice()
     copy_ms = _time(lambda: dst.copy_(src), True)[0]
     ms = _time(lambda: fn(x), True)[0]
     return dict(about, config="torch.compile", inductor=choice, ms=ms, copy_ms=copy_ms,
