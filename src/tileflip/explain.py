@@ -119,20 +119,14 @@ def _permute_launch(p, size) -> list[str]:
 
     size_a, size_b = _product(p.sizes[d] for d in go.a_dims), _product(p.sizes[d] for d in go.b_dims)
     tiles = go.grid[0] * go.grid[1]
-    store = go.skew or go.vec[1]
-    skew = [
-        f"  output rows realigned: each row's piece of B starts on a {go.skew * size}-byte boundary "
-        f"(B tiles step by {bb - go.skew}; values moved into place through shared memory)"
-    ] if go.skew else []  # fmt: skip
     return [
         f"tile kernel ({'loads and stores along A' if go.kept else 'loads along A, stores along B'}): "
         f"tile {bb} (B) x {ba} (A), {go.num_warps} warps",
         f"  A (input-fastest first): {axis(go.a_dims)} = {size_a}",
         f"  B (output-fastest first): {axis(go.b_dims)} = {size_b}",
         f"  batch (per program): {axis(go.batch_dims)} = {go.batch}",
-        *skew,
-        f"vectors on full tiles: loads {go.vec[0]}, stores {store} elements"
-        f" ({go.vec[0] * size} B / {store * size} B); {64 if go.offsets64 else 32}-bit offsets"
+        f"vectors on full tiles: loads {go.vec[0]}, stores {go.vec[1]} elements"
+        f" ({go.vec[0] * size} B / {go.vec[1] * size} B); {64 if go.offsets64 else 32}-bit offsets"
         f"{'; 64-bit tile indices' if go.wide else ''}{f'; at most {go.maxnreg} registers' if go.maxnreg else ''}",
         f"grid: {go.grid[0]} x {go.grid[1]} = {tiles} tiles x {go.batch} batch elements = {go.programs} programs (1-D),"
         f" consecutive programs along {'B' if go.b_fast else 'A'}",

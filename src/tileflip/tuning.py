@@ -13,7 +13,7 @@ shape of a known class reuses the compiled kernel of its class.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import NamedTuple
@@ -415,9 +415,6 @@ class PermuteLaunch:
     ``maxnreg``: a cap on registers per thread for the compiler (0: none). ``evict_last``: loads carry
     Triton's ``evict_last`` cache policy (PERMUTE_EVICT_LAST).
     general: ``blocks`` = (BLOCK,), ``grid`` = (programs,).
-    ``skew`` (tiles, ``store_skew``): where not 0, a transposed tile whose output rows are realigned
-    so that its stores are whole aligned vectors of ``skew`` elements; its B tiles then step by
-    ``blocks[0] - skew`` (``grid`` counts them so).
     ``flat`` (rows, ``rows_flat_launch``): the flat rows kernel; ``blocks`` = (vectors per program,),
     ``grid`` = (programs,), ``vec`` = (VEC, VEC), ``a_dims`` = (the kept dimension,).
     """
@@ -437,7 +434,6 @@ class PermuteLaunch:
     maxnreg: int = 0
     flat: bool = False
     evict_last: bool = False
-    skew: int = 0
 
     @property
     def options(self) -> dict:
@@ -472,13 +468,16 @@ def fold_axes(sizes, in_strides, kept: bool, cap_a: int, cap_b: int) -> tuple[tu
     n = len(sizes)
     last = n - 1
     by_stride = _by_input_stride(in_strides)
+    inner_to_b = _inner_to_b(sizes, in_strides, kept)
+    if inner_to_b:  # the input's contiguous dimension continues B's output run: B takes it
+        by_stride = by_stride[1:]
     if kept:
         a_order = [last] + by_stride
         b_order = [i for i in range(last - 1, -1, -1)]
     else:
         a_order = _a_output_order(sizes, in_strides, by_stride, cap_a) if FOLD_A_OUTPUT_ORDER else by_stride
         b_order = list(range(last, -1, -1))
-    a_dims, b_dims = [a_order[0]], [] if kept else [last]
+    a_dims, b_dims = [a_order[0]], [] if kept else ([last, last - 1] if inner_to_b else [last])
     if kept and n > 1:
         b_dims = [b_order[0]] if b_order[0] != a_dims[0] else []
     used = set(a_dims) | set(b_dims)
@@ -545,6 +544,19 @@ def fold_axes(sizes, in_strides, kept: bool, cap_a: int, cap_b: int) -> tuple[tu
     return tuple(a_dims), tuple(b_dims), tuple(batch)
 
 
+# Experiment (session 16; 0: off): a transposed tile whose input-contiguous dimension is the output's
+# second fastest and holds at most this many elements puts it in axis B, after the output's fastest, so
+# that B's stores run over the output's longer run, and A starts from the input's next dimension.
+INNER_TO_B_ELEMENTS = 0
+
+
+def _inner_to_b(sizes, in_strides, kept: bool) -> bool:
+    """Whether INNER_TO_B_ELEMENTS puts the input's contiguous dimension in axis B."""
+    last, by_stride = len(sizes) - 1, _by_input_stride(in_strides)
+    return bool(not kept and INNER_TO_B_ELEMENTS and len(by_stride) > 1 and by_stride[0] == last - 1
+                and in_strides[last - 1] == 1 and sizes[last - 1] <= INNER_TO_B_ELEMENTS)
+
+
 def _a_output_order(sizes, in_strides, by_stride, cap_a: int) -> list:
     """A transposed tile's A candidates for FOLD_A_OUTPUT_ORDER: the input's fastest dimension and those
     that continue its contiguous run until it spans a tile width (``cap_a``), then the others (of
@@ -608,39 +620,6 @@ def tile_launch(sizes, in_strides, kept: bool, vec: tuple, config, offsets32: bo
     )  # fmt: skip
 
 
-# Realigned stores (``store_skew``): a transposed tile whose axis B is one run of the output but whose
-# stores are narrower than 16 bytes (the output rows start at odd places) shifts each output row's piece
-# of B so that it starts on a 16-byte boundary, and stores whole aligned vectors; the values move into
-# place through shared memory (``triton_permute._skewed_tile``). Each partly written 32-byte sector is
-# one more write request to the L2, and the slow cases' time follows their write requests (Nsight
-# Compute, session 12 and 15 runs: about 15.5 us per million sectors written on the fast and the slow
-# launches alike, a copy's and the 2-D kernels' too; excess reads cost far less).
-SKEW_STORES = True
-SKEW_A_OUTER = False  # experiment: the skewed tile loaded A rows by B columns (flattened A outer)
-SKEW_MIN_UNITS = 4  # the tile's B side in vectors at least: a tile reloads one vector's rows of B
-
-
-def store_skew(sizes, in_strides, go: PermuteLaunch, element_size: int) -> PermuteLaunch:
-    """``go`` with realigned stores (SKEW_STORES) where it is a transposed tile whose axis B is one run of
-    the output at least a tile long, whose stores move less than 16 bytes and whose loads at least two
-    elements (so that Triton sees the loads contiguous along A), else ``go``: B tiles step by the tile's B side
-    less one vector, and offsets keep 64 bits where the realigned tiles' could reach 2**31."""
-    unit = VECTOR_BYTES // element_size
-    if not SKEW_STORES or go.kept or go.flat or not go.b_dims or go.vec[1] >= unit or go.vec[0] < 2:
-        return go
-    block_b, size_b = go.blocks[0], _product(sizes[d] for d in go.b_dims)
-    # B one run of the output, at least a tile long: output rows shorter than a tile lie side by side
-    # (the next dimension of A continues the run), so a tile's rows share their sectors
-    if block_b < SKEW_MIN_UNITS * unit or size_b < block_b or b_output_run(sizes, go.b_dims) < size_b:
-        return go
-    tiles_b = cdiv(size_b + unit - 1, block_b - unit)
-    grid = (tiles_b, go.grid[1])
-    # offsets formed reach at most one tile past the last B tile's end (loads and masked stores)
-    offsets64 = go.offsets64 or offsets_need_64(sizes, in_strides, ((go.a_dims, go.blocks[1]), (go.b_dims, block_b)),
-                                                 slack=2 * block_b)  # fmt: skip
-    return replace(go, grid=grid, offsets64=offsets64, skew=unit)
-
-
 def offset_bounds(sizes, in_strides, axes) -> tuple[int, int]:
     """Bounds (input, output) on the element offsets the tile kernel forms for these merged sizes and
     input strides, masked tail lanes included, where ``axes`` holds (dims, block) for each tile axis.
@@ -660,10 +639,9 @@ def offset_bounds(sizes, in_strides, axes) -> tuple[int, int]:
     return bounds[0], bounds[1]
 
 
-def offsets_need_64(sizes, in_strides, axes, slack: int = 0) -> bool:
-    """Whether an offset of the tile kernel may reach 2**31 on either side (``offset_bounds``), or come
-    within ``slack`` elements of it."""
-    return max(offset_bounds(sizes, in_strides, axes)) + slack >= 2**31
+def offsets_need_64(sizes, in_strides, axes) -> bool:
+    """Whether an offset of the tile kernel may reach 2**31 on either side (``offset_bounds``)."""
+    return max(offset_bounds(sizes, in_strides, axes)) >= 2**31
 
 
 def vector_widths(sizes, in_strides, kept: bool, element_size: int) -> tuple[int, int]:
@@ -671,7 +649,9 @@ def vector_widths(sizes, in_strides, kept: bool, element_size: int) -> tuple[int
     alone: ``run_vector_widths`` of axes that hold only their first dimensions (A's is the input's
     fastest, ``fold_axes``)."""
     last = len(sizes) - 1
-    a0 = last if kept else _by_input_stride(in_strides)[0]
+    a0 = last if kept else _by_input_stride(in_strides)[1 if _inner_to_b(sizes, in_strides, kept) else 0]
+    if _inner_to_b(sizes, in_strides, kept):
+        return run_vector_widths(sizes, in_strides, kept, (a0,), (last, last - 1), element_size)
     return run_vector_widths(sizes, in_strides, kept, (a0,), (last,), element_size)
 
 
@@ -860,17 +840,16 @@ def permute_launch(p, element_size: int) -> PermuteLaunch:
 
         go = launch(vec, vec)
         if not VECTOR_RUNS:
-            return store_skew(sizes, p.in_strides, go, element_size)
+            return go
         wider = run_vector_widths(sizes, p.in_strides, kept, go.a_dims, go.b_dims, element_size)
         if wider == vec or wider[0] < vec[0] or wider[1] < vec[1]:
-            return store_skew(sizes, p.in_strides, go, element_size)
+            return go
         # the wider vectors choose the tile where both sides reach 16 bytes (VECTOR_RUNS_TILE_ALL: always);
         # the tile's axes must still form runs that hold them
         full = min(wider) * element_size >= VECTOR_BYTES
         go_wider = launch(wider, wider if full or VECTOR_RUNS_TILE_ALL else vec)
         held = run_vector_widths(sizes, p.in_strides, kept, go_wider.a_dims, go_wider.b_dims, element_size)
-        go = go_wider if held[0] >= wider[0] and held[1] >= wider[1] else go
-        return store_skew(sizes, p.in_strides, go, element_size)
+        return go_wider if held[0] >= wider[0] and held[1] >= wider[1] else go
     if p.kind == "general":
         return PermuteLaunch((GENERAL_BLOCK,), 4, (cdiv(_product(sizes), GENERAL_BLOCK),))
     raise ValueError(f"plan kind {p.kind!r} has no permute-kernel launch")

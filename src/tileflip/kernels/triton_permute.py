@@ -71,7 +71,6 @@ def permute_tile_kernel(
     BLOCK_B: tl.constexpr, BLOCK_A: tl.constexpr,
     VEC_LOAD: tl.constexpr, VEC_STORE: tl.constexpr, KEPT: tl.constexpr, WIDE: tl.constexpr,
     B_FAST: tl.constexpr, OFF64: tl.constexpr, EVICT_LAST: tl.constexpr, MAGIC: tl.constexpr,
-    SKEW: tl.constexpr, SKEW_A_OUTER: tl.constexpr,
 ):  # fmt: skip
     """One BLOCK_A x BLOCK_B tile of one batch element: loaded along A, stored along A (KEPT: the output's
     fastest dimension is the input's) or transposed and stored along B.
@@ -91,13 +90,6 @@ def permute_tile_kernel(
     if WIDE:
         pid_a = pid_a.to(tl.int64)
         pid_b = pid_b.to(tl.int64)
-    if SKEW > 0:
-        _skewed_tile(x_ptr, out_ptr, size_a, size_b, pid_a, pid_b, batch,
-                     a_in_sizes, a_in, a_in_m, a_in_s, a_out_sizes, a_out, a_out_m, a_out_s,
-                     b_in_sizes, b_in, b_in_m, b_in_s, n_sizes, n_in, n_out, n_m, n_s,
-                     NA_IN, NA_OUT, NB_IN, NN, BLOCK_B, BLOCK_A, VEC_LOAD, OFF64, EVICT_LAST, MAGIC, SKEW,
-                     SKEW_A_OUTER)
-        return
     ra = pid_a * BLOCK_A + tl.arange(0, BLOCK_A)
     rb = pid_b * BLOCK_B + tl.arange(0, BLOCK_B)
     in_a = _decode(ra, a_in_sizes, a_in, a_in_m, a_in_s, NA_IN, OFF64, MAGIC)
@@ -136,85 +128,6 @@ def permute_tile_kernel(
         else:
             out_b_ok = (rb // VEC_STORE) < (size_b // VEC_STORE)
             tl.store(out_ptr + store_offs, tl.trans(tile), mask=out_b_ok[:, None] & (ra < size_a)[None, :])
-
-
-@triton.jit
-def _skewed_tile(
-    x_ptr, out_ptr, size_a, size_b, pid_a, pid_b, batch,
-    a_in_sizes, a_in, a_in_m, a_in_s, a_out_sizes, a_out, a_out_m, a_out_s,
-    b_in_sizes, b_in, b_in_m, b_in_s, n_sizes, n_in, n_out, n_m, n_s,
-    NA_IN: tl.constexpr, NA_OUT: tl.constexpr, NB_IN: tl.constexpr, NN: tl.constexpr,
-    BLOCK_B: tl.constexpr, BLOCK_A: tl.constexpr, VEC_LOAD: tl.constexpr, OFF64: tl.constexpr,
-    EVICT_LAST: tl.constexpr, MAGIC: tl.constexpr, SKEW: tl.constexpr, A_OUTER: tl.constexpr,
-):  # fmt: skip
-    """A transposed tile whose stores are whole aligned 16-byte vectors (SKEW elements) although the
-    output rows (one per index of A; axis B is one run of the output, offset = B index) start anywhere.
-
-    Output row r of program pid_b takes B indices [pid_b * STEP - m_r, pid_b * STEP - m_r + STEP), m_r
-    the row start's misalignment in elements, so every row's piece starts on a 16-byte boundary (STEP is
-    a multiple of SKEW, so m_r is the same in every program and the pieces tile the row). The program
-    loads B rows [pid_b * STEP - SKEW, pid_b * STEP + STEP), and moves each output row's values into
-    place (``_realign``)."""
-    STEP: tl.constexpr = BLOCK_B - SKEW
-    ra = pid_a * BLOCK_A + tl.arange(0, BLOCK_A)
-    jb = tl.arange(0, BLOCK_B)
-    rb = pid_b * STEP - SKEW + jb
-    in_a = _decode(ra, a_in_sizes, a_in, a_in_m, a_in_s, NA_IN, OFF64, MAGIC)
-    in_b = _decode(rb, b_in_sizes, b_in, b_in_m, b_in_s, NB_IN, OFF64, MAGIC)
-    in_b += _decode(batch, n_sizes, n_in, n_m, n_s, NN, OFF64, MAGIC)
-    row = _decode(ra, a_out_sizes, a_out, a_out_m, a_out_s, NA_OUT, OFF64, MAGIC)
-    row += _decode(batch, n_sizes, n_out, n_m, n_s, NN, OFF64, MAGIC)
-    shift = (row & (SKEW - 1)).to(tl.int32)  # the row start's misalignment, elements
-    POLICY: tl.constexpr = "evict_last" if EVICT_LAST else ""
-    # Each branch forms its own offsets and gather index: formed once before the branch, the whole
-    # tile's index stayed live across it (about twice the registers).
-    if ((pid_a + 1) * BLOCK_A <= size_a) & (pid_b >= 1) & ((pid_b + 1) * STEP <= size_b):
-        tile = tl.load(x_ptr + _load_offsets(in_a, in_b, VEC_LOAD, A_OUTER), eviction_policy=POLICY)
-        moved = _realign(tile, shift, BLOCK_A, BLOCK_B, SKEW, A_OUTER)
-        tl.store(out_ptr + _store_offsets(row, shift, pid_b, BLOCK_B, SKEW), moved, mask=(jb < STEP)[None, :])
-    else:
-        in_a_ok = (ra // VEC_LOAD) < (size_a // VEC_LOAD)
-        if A_OUTER:
-            mask = in_a_ok[:, None] & ((rb >= 0) & (rb < size_b))[None, :]
-        else:
-            mask = ((rb >= 0) & (rb < size_b))[:, None] & in_a_ok[None, :]
-        tile = tl.load(x_ptr + _load_offsets(in_a, in_b, VEC_LOAD, A_OUTER), mask=mask, eviction_policy=POLICY)
-        moved = _realign(tile, shift, BLOCK_A, BLOCK_B, SKEW, A_OUTER)
-        b = pid_b * STEP - shift[:, None] + jb[None, :]
-        ok = (jb < STEP)[None, :] & (b >= 0) & (b < size_b) & (ra < size_a)[:, None]
-        tl.store(out_ptr + _store_offsets(row, shift, pid_b, BLOCK_B, SKEW), moved, mask=ok)
-
-
-@triton.jit
-def _load_offsets(in_a, in_b, VEC_LOAD: tl.constexpr, A_OUTER: tl.constexpr):
-    """Input offsets of a skewed tile, B rows by A columns (A, the input's run, inner: flattened
-    row-major, the tile is then in register order; VEC_LOAD is at least 2, so Triton sees A contiguous)."""
-    if A_OUTER:
-        offs = tl.max_contiguous(tl.multiple_of(in_a[:, None] + in_b[None, :], [VEC_LOAD, VEC_LOAD]), [VEC_LOAD, 1])
-    else:
-        offs = tl.max_contiguous(tl.multiple_of(in_b[:, None] + in_a[None, :], [VEC_LOAD, VEC_LOAD]), [1, VEC_LOAD])
-    return offs
-
-
-@triton.jit
-def _store_offsets(row, shift, pid_b, BLOCK_B: tl.constexpr, SKEW: tl.constexpr):
-    """Output offsets of a skewed tile (``_skewed_tile``): row r's piece from its aligned start."""
-    offs = (row - shift)[:, None] + (pid_b * (BLOCK_B - SKEW) + tl.arange(0, BLOCK_B))[None, :]
-    return tl.max_contiguous(tl.multiple_of(offs, [SKEW, SKEW]), [1, SKEW])
-
-
-@triton.jit
-def _realign(tile, shift, BLOCK_A: tl.constexpr, BLOCK_B: tl.constexpr, SKEW: tl.constexpr, A_OUTER: tl.constexpr):
-    """The transposed tile (A rows by B columns) whose row r is column r of ``tile`` (B rows by A
-    columns) from row SKEW - shift[r] on, through one gather over the flattened tile, which Triton lowers
-    through shared memory (a gather along one axis of the 2-D tile becomes warp shuffles and selects)."""
-    jb = tl.arange(0, BLOCK_B)
-    if A_OUTER:
-        index = (tl.arange(0, BLOCK_A) * BLOCK_B)[:, None] + ((jb[None, :] + SKEW - shift[:, None]) & (BLOCK_B - 1))
-    else:
-        index = tl.arange(0, BLOCK_A)[:, None] + ((jb[None, :] + SKEW - shift[:, None]) & (BLOCK_B - 1)) * BLOCK_A
-    moved = tl.gather(tl.reshape(tile, [BLOCK_A * BLOCK_B]), tl.reshape(index, [BLOCK_A * BLOCK_B]), 0)
-    return tl.reshape(moved, [BLOCK_A, BLOCK_B])
 
 
 @triton.jit
@@ -290,10 +203,7 @@ def tile_args(plan, go) -> tuple[tuple, dict]:
         NA_IN=len(a_in[0]), NA_OUT=len(a_out[0]), NB_IN=len(b_in[0]), NB_OUT=len(b_out[0]), NN=len(n[0]),
         BLOCK_B=go.blocks[0], BLOCK_A=go.blocks[1], VEC_LOAD=go.vec[0], VEC_STORE=go.vec[1], KEPT=go.kept,
         WIDE=go.wide, B_FAST=go.b_fast, OFF64=go.offsets64, EVICT_LAST=go.evict_last, MAGIC=magic,
-        SKEW=go.skew, SKEW_A_OUTER=tuning.SKEW_A_OUTER,
     )  # fmt: skip
-    if go.skew:  # the skewed tile takes a B index's output offset to be the index itself
-        assert b_out == ((size_b,), (1,)), (b_out, size_b)
     return args, constexprs
 
 
