@@ -21,7 +21,7 @@ tiles only, 0 to transposed tiles only; ``area`` above 1 doubles the smaller sid
 (``tuning.WHOLE_B_WASTE``), ``flat`` / ``flatel`` / ``flatw`` (``tuning.ROWS_FLAT``, its elements per program
 and warps), ``vrun`` / ``vrunall`` / ``evict`` / ``magic`` (0 or 1: ``tuning.VECTOR_RUNS`` /
 ``VECTOR_RUNS_TILE_ALL`` / ``PERMUTE_EVICT_LAST`` / ``PERMUTE_MAGIC``), ``aout`` (0 or 1:
-``tuning.FOLD_A_OUTPUT_ORDER``), ``innerb`` (``tuning.INNER_TO_B_ELEMENTS``), ``t2dmin`` (``plan.TRANSPOSE2D_MIN_BYTES``: a large value sends 2-D permutes
+``tuning.FOLD_A_OUTPUT_ORDER``), ``realign`` (0 or 1: ``tuning.REALIGN_STORES``), ``rtpb`` (``tuning.REALIGN_TILES_PER_BLOCK``), ``t2dmin`` (``plan.TRANSPOSE2D_MIN_BYTES``: a large value sends 2-D permutes
 to the tile kernel instead of the 2-D transpose kernel).
 Prints one line per case and a summary per variant. ``PERMUTE_CASES`` (space-separated pieces of case
 labels, e.g. ``"23x21x112 1792x50"``) keeps only the cases whose label contains one of them;
@@ -37,7 +37,7 @@ import torch
 
 import tileflip
 from tileflip import bench, ops, plan, timing, tuning
-from tileflip.kernels import triton_permute
+from tileflip.kernels import cuda_permute, triton_permute
 
 BASE_CONFIG = tuning.permute_config
 NARROW_STEPS = tuning.NARROW_STEPS
@@ -57,7 +57,8 @@ SCALARS = {
     "short": ("SHORT_RUN_BYTES", int), "off32": ("OFFSETS32_RULE", bool), "vrun": ("VECTOR_RUNS", bool),
     "vrunall": ("VECTOR_RUNS_TILE_ALL", bool), "evict": ("PERMUTE_EVICT_LAST", bool),
     "magic": ("PERMUTE_MAGIC", bool), "aout": ("FOLD_A_OUTPUT_ORDER", bool), "regcap": ("REGISTER_CAP", int),
-    "capall": ("REGISTER_CAP_ALL", bool), "innerb": ("INNER_TO_B_ELEMENTS", int),
+    "capall": ("REGISTER_CAP_ALL", bool), "realign": ("REALIGN_STORES", bool),
+    "rtpb": ("REALIGN_TILES_PER_BLOCK", int),
 }  # fmt: skip
 DEFAULTS = {key: getattr(tuning, attr) for key, (attr, _) in SCALARS.items()}
 # The 2-D table's large-class tiles (area and warps; the permute kernel has its own order and orientation).
@@ -123,6 +124,7 @@ def apply(opts: dict) -> None:
 
         tuning.permute_config = config
     triton_permute.clear_cache()
+    cuda_permute.params_of.cache_clear()
 
 
 def main(out_path: str, specs: list[str]) -> None:

@@ -458,7 +458,7 @@ def _permute(x, dims, out, backend):
         out.copy_(x.permute(dims))  # (moves out's version counter itself)
         return out
     p = _plan_permute(tuple(x.shape), tuple(x.stride()), dims, x.element_size())
-    _on_device_of(x, _run_permute, x, out, p)
+    _on_device_of(x, _run_permute, x, out, p, backend == "auto")
     if given:
         written(out)
     return out
@@ -503,13 +503,21 @@ def inverse_perm(dims) -> tuple:
 _plan_permute = lru_cache(maxsize=256)(plan.plan_permute)  # a call's arguments here are all tuples and ints
 
 
-def _run_permute(x, out, p) -> None:
+def _run_permute(x, out, p, auto: bool = False) -> None:
+    """Run plan ``p``: the 2-D transpose kernel, the Triton permute kernels, or (``auto`` only, on the
+    launches ``tuning.realign_launch`` gives it) the CUDA kernel that realigns 1-byte output rows."""
     if p.kind == "transpose2d":
         # Output (s0, s1) contiguous is the transpose of the input seen as (s1, s0) with swapped strides.
         (s0, s1), (st0, st1) = p.sizes, p.in_strides
         x2 = x.as_strided((s1, s0), (st1, st0), x.storage_offset())
         _triton().launch(x2, out.view(s0, s1), tuning.triton_config(x.element_size(), (s1, s0), st1))
         return
+    if auto and x.element_size() == 1 and x.is_cuda:
+        from tileflip.kernels import cuda_permute
+
+        if cuda_permute.usable(x, p):
+            cuda_permute.launch(x, out, p)
+            return
     from tileflip.kernels import triton_permute
 
     triton_permute.launch(x, out, p)

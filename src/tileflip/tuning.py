@@ -468,16 +468,13 @@ def fold_axes(sizes, in_strides, kept: bool, cap_a: int, cap_b: int) -> tuple[tu
     n = len(sizes)
     last = n - 1
     by_stride = _by_input_stride(in_strides)
-    inner_to_b = _inner_to_b(sizes, in_strides, kept)
-    if inner_to_b:  # the input's contiguous dimension continues B's output run: B takes it
-        by_stride = by_stride[1:]
     if kept:
         a_order = [last] + by_stride
         b_order = [i for i in range(last - 1, -1, -1)]
     else:
         a_order = _a_output_order(sizes, in_strides, by_stride, cap_a) if FOLD_A_OUTPUT_ORDER else by_stride
         b_order = list(range(last, -1, -1))
-    a_dims, b_dims = [a_order[0]], [] if kept else ([last, last - 1] if inner_to_b else [last])
+    a_dims, b_dims = [a_order[0]], [] if kept else [last]
     if kept and n > 1:
         b_dims = [b_order[0]] if b_order[0] != a_dims[0] else []
     used = set(a_dims) | set(b_dims)
@@ -544,19 +541,6 @@ def fold_axes(sizes, in_strides, kept: bool, cap_a: int, cap_b: int) -> tuple[tu
     return tuple(a_dims), tuple(b_dims), tuple(batch)
 
 
-# Experiment (session 16; 0: off): a transposed tile whose input-contiguous dimension is the output's
-# second fastest and holds at most this many elements puts it in axis B, after the output's fastest, so
-# that B's stores run over the output's longer run, and A starts from the input's next dimension.
-INNER_TO_B_ELEMENTS = 0
-
-
-def _inner_to_b(sizes, in_strides, kept: bool) -> bool:
-    """Whether INNER_TO_B_ELEMENTS puts the input's contiguous dimension in axis B."""
-    last, by_stride = len(sizes) - 1, _by_input_stride(in_strides)
-    return bool(not kept and INNER_TO_B_ELEMENTS and len(by_stride) > 1 and by_stride[0] == last - 1
-                and in_strides[last - 1] == 1 and sizes[last - 1] <= INNER_TO_B_ELEMENTS)
-
-
 def _a_output_order(sizes, in_strides, by_stride, cap_a: int) -> list:
     """A transposed tile's A candidates for FOLD_A_OUTPUT_ORDER: the input's fastest dimension and those
     that continue its contiguous run until it spans a tile width (``cap_a``), then the others (of
@@ -620,6 +604,47 @@ def tile_launch(sizes, in_strides, kept: bool, vec: tuple, config, offsets32: bo
     )  # fmt: skip
 
 
+# Realigned stores of 1-byte elements (``realign_launch``, the CUDA kernel of
+# kernels/cuda/permute_realign.cu): a transposed tile launch that loads 16-byte vectors along A (one
+# input run) and stores B (one output run) a byte a lane, because its output rows start at any byte.
+# There a warp's 32 bytes straddle two 32-byte sectors, and the L2's write requests set the pace: on the
+# slow cases of the permute suites Nsight Compute found time proportional to the sectors written (about
+# 15.5 us per million, as for a copy; session 12 and 15 runs, fitted in session 16), int8
+# (11,39,29,21,42,24) (5,4,2,3,1,0) writing 11.3 M sectors for 7.7 M of output. The CUDA kernel writes
+# each row as whole aligned sectors. (Realigning in Triton, through tl.gather, lost 4-55 points: session
+# 16 runs 1-3, experiments/h200-2026-12-02-permute-variants-skew-s16run3.json.)
+REALIGN_STORES = True
+REALIGN_TILE = (64, 256)  # (A bytes, B bytes a tile writes of each row): the .cu file's TA and STEP
+REALIGN_TILES_PER_BLOCK = 4  # a block's tiles, each one's loads issued before the one before is written
+
+
+def realign_launch(p, element_size: int) -> PermuteLaunch | None:
+    """The tile launch of plan ``p`` (a ``permute_launch``) where the realigned-store CUDA kernel takes it
+    instead (REALIGN_STORES), else None: 1-byte elements, a transposed tile whose axis A is one run of the
+    input with every input row piece 16-byte aligned (the strides of B and the batch multiples of 16;
+    the input's address is checked per call), axis B one run of the output at least a block's piece long,
+    stores narrower than 16 bytes, and indices within 32 bits."""
+    if not REALIGN_STORES or element_size != 1 or p.kind != "tiles":
+        return None
+    go = permute_launch(p, element_size)
+    if go.kept or go.flat or go.vec[0] < VECTOR_BYTES or go.vec[1] >= VECTOR_BYTES:
+        return None
+    sizes, in_strides = p.sizes, p.in_strides
+    size_a, size_b = _product(sizes[d] for d in go.a_dims), _product(sizes[d] for d in go.b_dims)
+    run = 1
+    for d in go.a_dims:  # A one input run, innermost first
+        if in_strides[d] != run:
+            return None
+        run *= sizes[d]
+    if size_b < REALIGN_TILE[1] or b_output_run(sizes, go.b_dims) < size_b:
+        return None
+    if any(in_strides[d] % VECTOR_BYTES for d in (*go.b_dims, *go.batch_dims)):
+        return None
+    if max(size_a, size_b) >= 2**31 or cdiv(size_a, REALIGN_TILE[0]) * cdiv(size_b + 31, REALIGN_TILE[1]) * go.batch >= 2**31:
+        return None
+    return go
+
+
 def offset_bounds(sizes, in_strides, axes) -> tuple[int, int]:
     """Bounds (input, output) on the element offsets the tile kernel forms for these merged sizes and
     input strides, masked tail lanes included, where ``axes`` holds (dims, block) for each tile axis.
@@ -649,9 +674,7 @@ def vector_widths(sizes, in_strides, kept: bool, element_size: int) -> tuple[int
     alone: ``run_vector_widths`` of axes that hold only their first dimensions (A's is the input's
     fastest, ``fold_axes``)."""
     last = len(sizes) - 1
-    a0 = last if kept else _by_input_stride(in_strides)[1 if _inner_to_b(sizes, in_strides, kept) else 0]
-    if _inner_to_b(sizes, in_strides, kept):
-        return run_vector_widths(sizes, in_strides, kept, (a0,), (last, last - 1), element_size)
+    a0 = last if kept else _by_input_stride(in_strides)[0]
     return run_vector_widths(sizes, in_strides, kept, (a0,), (last,), element_size)
 
 
