@@ -614,8 +614,9 @@ def tile_launch(sizes, in_strides, kept: bool, vec: tuple, config, offsets32: bo
 # each row as whole aligned sectors. (Realigning in Triton, through tl.gather, lost 4-55 points: session
 # 16 runs 1-3, experiments/h200-2026-12-02-permute-variants-skew-s16run3.json.)
 REALIGN_STORES = True
+REALIGN_WORDS = False  # the tile held transposed in shared memory (permute_realign_words)
+REALIGN_WORDS_SUFFIX = ""
 REALIGN_TILE = (64, 256)  # (A bytes, B bytes a tile writes of each row): the .cu file's TA and STEP
-REALIGN_TILES_PER_BLOCK = 4  # a block's tiles, each one's loads issued before the one before is written
 
 
 def realign_launch(p, element_size: int) -> PermuteLaunch | None:

@@ -22,7 +22,6 @@ from tileflip.kernels.triton_common import current_stream
 from tileflip.plan import cdiv, contiguous_strides
 
 CU_FILE = Path(__file__).with_name("cuda") / "permute_realign.cu"
-KERNEL = "permute_realign_u8"
 THREADS = 256
 HALO = 32  # rows a block loads before its first B index: the .cu file's HALO
 MAX_DECODE = {"a": 4, "b": 4, "n": 6}  # dimensions each decode of the .cu file's Params holds
@@ -33,7 +32,6 @@ class _Params(ctypes.Structure):
 
     _fields_ = [
         ("asz", ctypes.c_int64), ("bsz", ctypes.c_int64), ("tiles_a", ctypes.c_int64), ("tiles_b", ctypes.c_int64),
-        ("batch", ctypes.c_int64), ("tiles_per_block", ctypes.c_int64),
         ("na", ctypes.c_int32), ("nb", ctypes.c_int32), ("nn", ctypes.c_int32), ("pad", ctypes.c_int32),
         ("a_sizes", ctypes.c_int64 * 4), ("a_out", ctypes.c_int64 * 4),
         ("b_sizes", ctypes.c_int64 * 4), ("b_in", ctypes.c_int64 * 4),
@@ -69,12 +67,10 @@ def params_of(plan) -> tuple[tuple, int] | None:
     a = [sizes[d] for d in go.a_dims], [out_strides[d] for d in go.a_dims]
     b = [sizes[d] for d in go.b_dims], [in_strides[d] for d in go.b_dims]
     n = [sizes[d] for d in go.batch_dims], [in_strides[d] for d in go.batch_dims], [out_strides[d] for d in go.batch_dims]
-    tiles = tiles_a * tiles_b * go.batch
-    per_block = tuning.REALIGN_TILES_PER_BLOCK
-    fields = (size_a, size_b, tiles_a, tiles_b, go.batch, per_block, len(a[0]), len(b[0]), len(n[0]), 0,
+    fields = (size_a, size_b, tiles_a, tiles_b, len(a[0]), len(b[0]), len(n[0]), 0,
               padded(a[0], 4), padded(a[1], 4), padded(b[0], 4), padded(b[1], 4),
               padded(n[0], 6), padded(n[1], 6), padded(n[2], 6))  # fmt: skip
-    return fields, cdiv(tiles, per_block)
+    return fields, tiles_a * tiles_b * go.batch
 
 
 def usable(x: torch.Tensor, plan) -> bool:
@@ -108,10 +104,17 @@ def kernel_on(device: int):
         with torch.cuda.device(device):
             nvrtc.ensure_context(device)
         args.ready.add(device)
-    kernel = _handles.get(device)
+    name = kernel_name()
+    kernel = _handles.get((device, name))
     if kernel is None:
-        kernel = _handles[device] = nvrtc.get_kernel(CU_FILE, KERNEL, device, _arch(device))
+        kernel = _handles[device, name] = nvrtc.get_kernel(CU_FILE, name, device, _arch(device))
     return kernel
+
+
+def kernel_name(tile=None) -> str:
+    """The .cu file's kernel for a tile (A bytes, B bytes a block writes of each row; tuning.REALIGN_TILE)."""
+    ta, step = tile or tuning.REALIGN_TILE
+    return f"permute_realign_u8_a{ta}_s{step}" + ("_words" + tuning.REALIGN_WORDS_SUFFIX if tuning.REALIGN_WORDS else "")
 
 
 def launch(x: torch.Tensor, out: torch.Tensor, plan) -> None:

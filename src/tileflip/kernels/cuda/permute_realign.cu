@@ -19,7 +19,7 @@
 // covers b in [tb * STEP - m_a, tb * STEP - m_a + STEP), m_a = the misalignment of the row's start
 // mod 32 (STEP is a multiple of 32, so m_a is the same in every block and the pieces tile the row);
 // the HALO rows before tb * STEP hold the bytes the pieces take from before it. Pieces that run past
-// either end of the row are written byte by byte.
+// either end of the row are written byte by byte. TA and STEP are template parameters.
 //
 // No header is included (NVRTC has no standard library search path).
 
@@ -30,17 +30,12 @@ typedef long long tf_i64;
 
 namespace tileflip_realign {
 
-constexpr int TA = 64;                 // tile columns: output rows, a 64-byte piece of each input row
-constexpr int STEP = 256;              // bytes of each output row a block writes
 constexpr int HALO = 32;               // rows loaded before the block's first b (a row's start is off by < 32)
-constexpr int ROWS = STEP + HALO;      // tile rows: input rows (b)
-constexpr int PITCH = 68;              // bytes per tile row: 17 words, so that a column's bytes spread over banks
 constexpr int THREADS = 256;
 
 struct Params {
     tf_i64 asz, bsz;                   // axis sizes
-    tf_i64 tiles_a, tiles_b, batch;    // tile t: A tile t % tiles_a, then B tile, then batch element
-    tf_i64 tiles_per_block;
+    tf_i64 tiles_a, tiles_b;           // block: A tile blockIdx % tiles_a, then B tile, then batch element
     int na, nb, nn, pad;               // dimensions in each decode
     tf_i64 a_sizes[4], a_out[4];       // out_row: output strides of A's dimensions
     tf_i64 b_sizes[4], b_in[4];        // in_b: input strides of B's dimensions
@@ -77,83 +72,71 @@ __device__ __forceinline__ tf_u32 pack4(tf_u32 x0, tf_u32 x1, tf_u32 x2, tf_u32 
     return __byte_perm(__byte_perm(x0, x1, 0x0040), __byte_perm(x2, x3, 0x0040), 0x5410);
 }
 
-struct Tile {
-    tf_i64 a0, b0, in_n, out_n;
-    int valid_a;
-};
-
-__device__ __forceinline__ Tile tile_at(const Params& p, tf_i64 t) {
-    Tile q;
-    const tf_i64 ta = t % p.tiles_a;
-    const tf_i64 rest = t / p.tiles_a;
-    q.a0 = ta * TA;
-    q.b0 = (rest % p.tiles_b) * STEP;
-    q.valid_a = static_cast<int>(p.asz - q.a0 < TA ? p.asz - q.a0 : TA);
-    batch_offsets(p, rest / p.tiles_b, q.in_n, q.out_n);
-    return q;
-}
-
-// The tile's row tables: each input row's offset (-1 outside [0, bsz)) and each output row's.
-__device__ __forceinline__ void tables(const Params& p, const Tile& q, tf_i64* row_in, tf_i64* row_out) {
-    for (int r = threadIdx.x; r < ROWS; r += THREADS) {
-        const tf_i64 b = q.b0 - HALO + r;
-        row_in[r] = b >= 0 && b < p.bsz ? q.in_n + decode(static_cast<unsigned>(b), p.nb, p.b_sizes, p.b_in) + q.a0 : -1;
+// One tile: TA columns (a: output rows; a TA-byte piece of each input row) x STEP + HALO rows (b).
+template <int TA, int STEP>
+__device__ __forceinline__ void permute_realign(const tf_u8* __restrict__ in, tf_u8* __restrict__ out,
+                                                const Params& p) {
+    constexpr int ROWS = STEP + HALO;
+    constexpr int PITCH = TA + 4;      // bytes per tile row: an odd number of words spreads a column's bytes
+    constexpr int CHUNKS = TA / 16;    // 16-byte loads per row
+    __shared__ __align__(16) tf_u8 tile[ROWS * PITCH];
+    __shared__ tf_i64 row_in[ROWS];    // in_n + in_b(b) + a0 of each tile row, -1 outside [0, bsz)
+    __shared__ tf_i64 row_out[TA];     // out_n + out_row(a0 + a)
+    const int tid = threadIdx.x;
+    const tf_i64 bid = blockIdx.x;
+    const tf_i64 ta = bid % p.tiles_a;
+    const tf_i64 rest = bid / p.tiles_a;
+    const tf_i64 a0 = ta * TA;
+    const tf_i64 b0 = (rest % p.tiles_b) * STEP;
+    const int valid_a = static_cast<int>(p.asz - a0 < TA ? p.asz - a0 : TA);
+    tf_i64 in_n, out_n;
+    batch_offsets(p, rest / p.tiles_b, in_n, out_n);
+    for (int r = tid; r < ROWS; r += THREADS) {
+        const tf_i64 b = b0 - HALO + r;
+        row_in[r] = b >= 0 && b < p.bsz ? in_n + decode(static_cast<unsigned>(b), p.nb, p.b_sizes, p.b_in) + a0 : -1;
     }
-    if (threadIdx.x < q.valid_a) {
-        row_out[threadIdx.x] = q.out_n + decode(static_cast<unsigned>(q.a0 + threadIdx.x), p.na, p.a_sizes, p.a_out);
-    }
-}
-
-constexpr int LOADS = (ROWS * 4 + THREADS - 1) / THREADS;  // 16-byte loads a thread makes per tile
-
-// Load: 4 lanes a row (16 bytes each, a 64-byte piece), 8 rows a warp; a 16-byte word that holds any byte
-// of the piece is read whole (aligned: it lies in the tensor's allocation); bytes past the piece's valid
-// columns are never written out.
-__device__ __forceinline__ void load_tile(const tf_u8* __restrict__ in, const Tile& q, const tf_i64* row_in,
-                                          uint4 (&v)[LOADS]) {
+    if (tid < valid_a) row_out[tid] = out_n + decode(static_cast<unsigned>(a0 + tid), p.na, p.a_sizes, p.a_out);
+    __syncthreads();
+    // Load: CHUNKS lanes a row, 16 bytes each; a 16-byte word that holds any byte of the piece is read
+    // whole (aligned: it lies in the tensor's allocation); bytes past the valid columns are never written.
+    constexpr int LOADS = (ROWS * CHUNKS + THREADS - 1) / THREADS;
+    uint4 v[LOADS];
 #pragma unroll
     for (int i = 0; i < LOADS; ++i) {
-        const int item = threadIdx.x + THREADS * i;
-        const int r = item >> 2;
-        const int k = item & 3;
-        if (item < ROWS * 4) {
-            const tf_i64 src = row_in[r];
-            if (src >= 0 && 16 * k < q.valid_a) v[i] = *reinterpret_cast<const uint4*>(in + src + 16 * k);
+        const int item = tid + THREADS * i;
+        const int r = item / CHUNKS;
+        const int k = item % CHUNKS;
+        if (item < ROWS * CHUNKS && row_in[r] >= 0 && 16 * k < valid_a) {
+            v[i] = *reinterpret_cast<const uint4*>(in + row_in[r] + 16 * k);
         }
     }
-}
-
-__device__ __forceinline__ void place_tile(tf_u8* tile, const uint4 (&v)[LOADS]) {
 #pragma unroll
     for (int i = 0; i < LOADS; ++i) {
-        const int item = threadIdx.x + THREADS * i;
-        if (item < ROWS * 4) {
-            tf_u32* dst = reinterpret_cast<tf_u32*>(tile + (item >> 2) * PITCH + 16 * (item & 3));
+        const int item = tid + THREADS * i;
+        if (item < ROWS * CHUNKS) {
+            tf_u32* dst = reinterpret_cast<tf_u32*>(tile + (item / CHUNKS) * PITCH + 16 * (item % CHUNKS));
             dst[0] = v[i].x;
             dst[1] = v[i].y;
             dst[2] = v[i].z;
             dst[3] = v[i].w;
         }
     }
-}
-
-// Store: a warp writes one aligned 32-byte sector (two 16-byte pieces) of each of 16 output rows.
-__device__ __forceinline__ void store_tile(tf_u8* __restrict__ out, const Params& p, const Tile& q, const tf_u8* tile,
-                                           const tf_i64* row_out) {
+    __syncthreads();
+    // Store: a warp writes one aligned 32-byte sector (two 16-byte pieces) of each of 16 output rows.
 #pragma unroll
     for (int it = 0; it < TA * (STEP / 16) / THREADS; ++it) {
-        const int item = threadIdx.x + THREADS * it;
-        const int a = (item >> 1) & (TA - 1);
-        const int j = (item & 1) | ((item >> 7) << 1);  // the row's 16-byte piece, 0 .. STEP / 16 - 1
-        if (a >= q.valid_a) continue;
+        const int item = tid + THREADS * it;
+        const int a = (item >> 1) % TA;
+        const int j = (item & 1) | ((item / (2 * TA)) << 1);  // the row's 16-byte piece, 0 .. STEP / 16 - 1
+        if (a >= valid_a) continue;
         const tf_i64 start = row_out[a];
         const int m = static_cast<int>((reinterpret_cast<tf_u64>(out) + static_cast<tf_u64>(start)) & 31);
-        const tf_i64 first = q.b0 - m + 16 * j;  // b of the piece's first byte
+        const tf_i64 first = b0 - m + 16 * j;  // b of the piece's first byte
         const tf_u8* col = tile + (HALO - m + 16 * j) * PITCH + a;
         tf_u32 x[16];
 #pragma unroll
         for (int s = 0; s < 16; ++s) x[s] = col[s * PITCH];
-        tf_u8* dst = out + (start - m + q.b0 + 16 * j);
+        tf_u8* dst = out + (start - m + b0 + 16 * j);
         if (first >= 0 && first + 16 <= p.bsz) {
             *reinterpret_cast<uint4*>(dst) = make_uint4(pack4(x[0], x[1], x[2], x[3]), pack4(x[4], x[5], x[6], x[7]),
                                                         pack4(x[8], x[9], x[10], x[11]), pack4(x[12], x[13], x[14], x[15]));
@@ -166,41 +149,126 @@ __device__ __forceinline__ void store_tile(tf_u8* __restrict__ out, const Params
     }
 }
 
-// A block moves tiles_per_block consecutive tiles (A tiles first, then B tiles, then the batch), the loads
-// of the next tile issued before the current one is written out.
-__device__ __forceinline__ void permute_realign_u8(const tf_u8* __restrict__ in, tf_u8* __restrict__ out,
-                                                   const Params& p) {
-    __shared__ __align__(16) tf_u8 tile[ROWS * PITCH];
-    __shared__ tf_i64 row_in[2][ROWS];
-    __shared__ tf_i64 row_out[2][TA];
-    const tf_i64 total = p.tiles_a * p.tiles_b * p.batch;
-    tf_i64 t = static_cast<tf_i64>(blockIdx.x) * p.tiles_per_block;
-    const tf_i64 end = t + p.tiles_per_block < total ? t + p.tiles_per_block : total;
-    Tile q = tile_at(p, t);
-    tables(p, q, row_in[0], row_out[0]);
+// The same tile held transposed in shared memory (WORD form): a thread loads one 16-byte piece of 4
+// consecutive input rows, turns each 4 x 4 block of bytes around with byte permutations (rows become
+// columns) and writes the words into the tile's output row (a) at the 4 rows' place; an output piece is
+// then 5 words of its tile row shifted into alignment (funnel shifts), where the byte form reads 16 bytes.
+template <int TA, int STEP>
+__device__ __forceinline__ void permute_realign_words(const tf_u8* __restrict__ in, tf_u8* __restrict__ out,
+                                                      const Params& p) {
+    constexpr int ROWS = STEP + HALO;
+    constexpr int WORDS = ROWS / 4 + 1;  // words per tile row (output row a): odd, so rows spread over banks
+    constexpr int CHUNKS = TA / 16;
+    constexpr int UNITS = ROWS / 4 * CHUNKS;  // (4 input rows, one 16-byte piece)
+    __shared__ tf_u32 tile[TA * WORDS];
+    __shared__ tf_i64 row_in[ROWS];
+    __shared__ tf_i64 row_out[TA];
+    const int tid = threadIdx.x;
+    const tf_i64 bid = blockIdx.x;
+    const tf_i64 ta = bid % p.tiles_a;
+    const tf_i64 rest = bid / p.tiles_a;
+    const tf_i64 a0 = ta * TA;
+    const tf_i64 b0 = (rest % p.tiles_b) * STEP;
+    const int valid_a = static_cast<int>(p.asz - a0 < TA ? p.asz - a0 : TA);
+    tf_i64 in_n, out_n;
+    batch_offsets(p, rest / p.tiles_b, in_n, out_n);
+    for (int r = tid; r < ROWS; r += THREADS) {
+        const tf_i64 b = b0 - HALO + r;
+        row_in[r] = b >= 0 && b < p.bsz ? in_n + decode(static_cast<unsigned>(b), p.nb, p.b_sizes, p.b_in) + a0 : -1;
+    }
+    if (tid < valid_a) row_out[tid] = out_n + decode(static_cast<unsigned>(a0 + tid), p.na, p.a_sizes, p.a_out);
     __syncthreads();
-    uint4 v[LOADS];
-    load_tile(in, q, row_in[0], v);
-    for (int buf = 0; t < end; ++t, buf ^= 1) {
-        place_tile(tile, v);
-        const bool more = t + 1 < end;
-        Tile next;
-        if (more) {
-            next = tile_at(p, t + 1);
-            tables(p, next, row_in[buf ^ 1], row_out[buf ^ 1]);
+    constexpr int PASSES = (UNITS + THREADS - 1) / THREADS;
+    uint4 v[PASSES][4];
+#pragma unroll
+    for (int i = 0; i < PASSES; ++i) {
+        const int unit = tid + THREADS * i;
+        const int g = unit / CHUNKS;  // rows 4g .. 4g + 3
+        const int k = unit % CHUNKS;
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            v[i][e] = make_uint4(0, 0, 0, 0);
+            if (unit < UNITS && row_in[4 * g + e] >= 0 && 16 * k < valid_a) {
+                v[i][e] = *reinterpret_cast<const uint4*>(in + row_in[4 * g + e] + 16 * k);
+            }
         }
-        __syncthreads();
-        if (more) load_tile(in, next, row_in[buf ^ 1], v);
-        store_tile(out, p, q, tile, row_out[buf]);
-        __syncthreads();
-        q = next;
+    }
+#pragma unroll
+    for (int i = 0; i < PASSES; ++i) {
+        const int unit = tid + THREADS * i;
+        if (unit >= UNITS) continue;
+        const int g = unit / CHUNKS;
+        const int k = unit % CHUNKS;
+#pragma unroll
+        for (int w = 0; w < 4; ++w) {
+            const tf_u32 x0 = w == 0 ? v[i][0].x : w == 1 ? v[i][0].y : w == 2 ? v[i][0].z : v[i][0].w;
+            const tf_u32 x1 = w == 0 ? v[i][1].x : w == 1 ? v[i][1].y : w == 2 ? v[i][1].z : v[i][1].w;
+            const tf_u32 x2 = w == 0 ? v[i][2].x : w == 1 ? v[i][2].y : w == 2 ? v[i][2].z : v[i][2].w;
+            const tf_u32 x3 = w == 0 ? v[i][3].x : w == 1 ? v[i][3].y : w == 2 ? v[i][3].z : v[i][3].w;
+            const tf_u32 t0 = __byte_perm(x0, x1, 0x5140);  // bytes 0, 1 of rows 0, 1
+            const tf_u32 t1 = __byte_perm(x0, x1, 0x7362);  // bytes 2, 3 of rows 0, 1
+            const tf_u32 t2 = __byte_perm(x2, x3, 0x5140);
+            const tf_u32 t3 = __byte_perm(x2, x3, 0x7362);
+            const int c = 16 * k + 4 * w;  // the tile rows (output rows) c .. c + 3
+            tile[(c + 0) * WORDS + g] = __byte_perm(t0, t2, 0x5410);
+            tile[(c + 1) * WORDS + g] = __byte_perm(t0, t2, 0x7632);
+            tile[(c + 2) * WORDS + g] = __byte_perm(t1, t3, 0x5410);
+            tile[(c + 3) * WORDS + g] = __byte_perm(t1, t3, 0x7632);
+        }
+    }
+    __syncthreads();
+    constexpr int PIECES = TA * (STEP / 16);
+#pragma unroll
+    for (int it = 0; it < (PIECES + THREADS - 1) / THREADS; ++it) {
+        const int item = tid + THREADS * it;
+        const int a = (item >> 1) % TA;
+        const int j = (item & 1) | ((item / (2 * TA)) << 1);
+        if (item >= PIECES || a >= valid_a) continue;
+        const tf_i64 start = row_out[a];
+        const int m = static_cast<int>((reinterpret_cast<tf_u64>(out) + static_cast<tf_u64>(start)) & 31);
+        const tf_i64 first = b0 - m + 16 * j;
+        const int r0 = HALO - m + 16 * j;  // the piece's first byte in tile row a
+        const tf_u32* row = tile + a * WORDS + (r0 >> 2);
+        const tf_u32 sh = static_cast<tf_u32>(r0 & 3) * 8;
+        const tf_u32 w0 = row[0], w1 = row[1], w2 = row[2], w3 = row[3], w4 = row[4];
+        const uint4 o = make_uint4(__funnelshift_r(w0, w1, sh), __funnelshift_r(w1, w2, sh), __funnelshift_r(w2, w3, sh),
+                                   __funnelshift_r(w3, w4, sh));
+        tf_u8* dst = out + (start - m + b0 + 16 * j);
+        if (first >= 0 && first + 16 <= p.bsz) {
+            *reinterpret_cast<uint4*>(dst) = o;
+        } else {
+            const tf_u32 ow[4] = {o.x, o.y, o.z, o.w};
+#pragma unroll
+            for (int s = 0; s < 16; ++s) {
+                if (first + s >= 0 && first + s < p.bsz) dst[s] = static_cast<tf_u8>(ow[s >> 2] >> (8 * (s & 3)));
+            }
+        }
     }
 }
 
 }  // namespace tileflip_realign
 
-extern "C" __global__ void __launch_bounds__(256) permute_realign_u8(const tf_u8* __restrict__ in,
-                                                                    tf_u8* __restrict__ out,
-                                                                    const tileflip_realign::Params p) {
-    tileflip_realign::permute_realign_u8(in, out, p);
-}
+// permute_realign_u8_a<TA>_s<STEP>: the tile shapes tileflip.tuning.REALIGN_TILE may name.
+#define TILEFLIP_REALIGN(TA, STEP)                                                                           \
+    extern "C" __global__ void __launch_bounds__(256)                                                        \
+        permute_realign_u8_a##TA##_s##STEP(const tf_u8* __restrict__ in, tf_u8* __restrict__ out,           \
+                                          const tileflip_realign::Params p) {                                \
+        tileflip_realign::permute_realign<TA, STEP>(in, out, p);                                             \
+    }
+
+TILEFLIP_REALIGN(64, 256)
+TILEFLIP_REALIGN(64, 512)
+TILEFLIP_REALIGN(32, 512)
+TILEFLIP_REALIGN(32, 1024)
+
+#define TILEFLIP_REALIGN_WORDS(TA, STEP, MINB, SUFFIX)                                                      \
+    extern "C" __global__ void __launch_bounds__(256, MINB)                                                  \
+        permute_realign_u8_a##TA##_s##STEP##_words##SUFFIX(const tf_u8* __restrict__ in, tf_u8* __restrict__ out, \
+                                                         const tileflip_realign::Params p) {                 \
+        tileflip_realign::permute_realign_words<TA, STEP>(in, out, p);                                       \
+    }
+
+TILEFLIP_REALIGN_WORDS(64, 256, 1, )
+TILEFLIP_REALIGN_WORDS(64, 224, 1, )
+TILEFLIP_REALIGN_WORDS(64, 224, 6, _b6)
+TILEFLIP_REALIGN_WORDS(64, 224, 8, _b8)
