@@ -21,7 +21,8 @@ tiles only, 0 to transposed tiles only; ``area`` above 1 doubles the smaller sid
 (``tuning.WHOLE_B_WASTE``), ``flat`` / ``flatel`` / ``flatw`` (``tuning.ROWS_FLAT``, its elements per program
 and warps), ``vrun`` / ``vrunall`` / ``evict`` / ``magic`` (0 or 1: ``tuning.VECTOR_RUNS`` /
 ``VECTOR_RUNS_TILE_ALL`` / ``PERMUTE_EVICT_LAST`` / ``PERMUTE_MAGIC``), ``aout`` (0 or 1:
-``tuning.FOLD_A_OUTPUT_ORDER``), ``realign`` (0 or 1: ``tuning.REALIGN_STORES``), ``rta`` / ``rstep`` (``tuning.REALIGN_TILE``'s A and B bytes), ``t2dmin`` (``plan.TRANSPOSE2D_MIN_BYTES``: a large value sends 2-D permutes
+``tuning.FOLD_A_OUTPUT_ORDER``), ``realign`` (0 or 1: ``tuning.REALIGN_STORES``, the CUDA kernel
+for 1-byte rows off any boundary), ``t2dmin`` (``plan.TRANSPOSE2D_MIN_BYTES``: a large value sends 2-D permutes
 to the tile kernel instead of the 2-D transpose kernel).
 Prints one line per case and a summary per variant. ``PERMUTE_CASES`` (space-separated pieces of case
 labels, e.g. ``"23x21x112 1792x50"``) keeps only the cases whose label contains one of them;
@@ -48,7 +49,6 @@ WIDE_LOAD_OFFSETS64 = tuning.WIDE_LOAD_OFFSETS64
 TILES_4B = tuning.TILES_4B
 PERMUTE_TILES = tuning.PERMUTE_TILES
 B_FIRST_SIZES = tuning.B_FIRST_SIZES
-REALIGN_TILE = tuning.REALIGN_TILE
 # Options that set one scalar of tuning: key -> (attribute, type); a variant without the key runs the
 # library's value.
 SCALARS = {
@@ -58,7 +58,7 @@ SCALARS = {
     "short": ("SHORT_RUN_BYTES", int), "off32": ("OFFSETS32_RULE", bool), "vrun": ("VECTOR_RUNS", bool),
     "vrunall": ("VECTOR_RUNS_TILE_ALL", bool), "evict": ("PERMUTE_EVICT_LAST", bool),
     "magic": ("PERMUTE_MAGIC", bool), "aout": ("FOLD_A_OUTPUT_ORDER", bool), "regcap": ("REGISTER_CAP", int),
-    "capall": ("REGISTER_CAP_ALL", bool), "realign": ("REALIGN_STORES", bool), "rwords": ("REALIGN_WORDS", bool),
+    "capall": ("REGISTER_CAP_ALL", bool), "realign": ("REALIGN_STORES", bool),
 }  # fmt: skip
 DEFAULTS = {key: getattr(tuning, attr) for key, (attr, _) in SCALARS.items()}
 # The 2-D table's large-class tiles (area and warps; the permute kernel has its own order and orientation).
@@ -123,8 +123,6 @@ def apply(opts: dict) -> None:
             return c._replace(block_m=bm, block_n=bn, num_warps=int(opts.get("warps", c.num_warps)))
 
         tuning.permute_config = config
-    tuning.REALIGN_TILE = (int(opts.get("rta", REALIGN_TILE[0])), int(opts.get("rstep", REALIGN_TILE[1])))
-    tuning.REALIGN_WORDS_SUFFIX = f"_b{int(opts['rminb'])}" if "rminb" in opts else ""
     triton_permute.clear_cache()
     cuda_permute.params_of.cache_clear()
 

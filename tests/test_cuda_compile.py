@@ -3,6 +3,7 @@ loader) and with nvcc, the cubins hold every kernel, and the NVRTC disk cache an
 
 from __future__ import annotations
 
+import ctypes
 import os
 import shutil
 import struct
@@ -16,7 +17,7 @@ SRC = Path(__file__).resolve().parents[1] / "src"  # children get it on PYTHONPA
 
 pytest.importorskip("cuda.bindings", reason="the CUDA backend needs cuda-python: pip install 'tileflip[cuda]'")
 
-from tileflip.kernels import cuda_transpose, nvrtc  # noqa: E402 (after the importorskip)
+from tileflip.kernels import cuda_permute, cuda_transpose, nvrtc  # noqa: E402 (after the importorskip)
 
 ARCH = 90
 ITEMSIZE = {f"u{bits}": bits // 8 for bits in cuda_transpose.ELEMENT_BITS}
@@ -120,6 +121,33 @@ def test_nvcc_compiles_every_kernel(tmp_path):
     result = subprocess.run([*cmd, str(cuda_transpose.CU_FILE)], check=False, capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
     check_cubin(out.read_bytes())
+
+
+def _check_realign_cubin(elf: bytes) -> None:
+    assert cubin_arch(elf) == ARCH
+    assert global_functions(elf) == {cuda_permute.KERNEL}
+    # the tile: 64 output rows of (256 + 32) / 4 + 1 words
+    assert static_shared_bytes(elf, cuda_permute.KERNEL) >= 64 * 73 * 4
+
+
+def test_nvrtc_compiles_the_realigned_permute():
+    cubins = cuda_permute.compile_cubin(ARCH, use_cache=False)
+    assert list(cubins) == ["permute_realign.cu"]
+    _check_realign_cubin(cubins["permute_realign.cu"])
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH (the NVRTC tests still ran)")
+def test_nvcc_compiles_the_realigned_permute(tmp_path):
+    out = tmp_path / "permute_realign.cubin"
+    cmd = ["nvcc", "-cubin", f"-arch=sm_{ARCH}", "-std=c++17", "-Werror", "all-warnings", "-o", str(out)]
+    result = subprocess.run([*cmd, str(cuda_permute.CU_FILE)], check=False, capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+    _check_realign_cubin(out.read_bytes())
+
+
+def test_realign_params_match_the_kernels_struct():
+    # Params (permute_realign.cu): 4 int64, 4 int32, then 4 + 4 + 4 + 4 + 6 + 6 + 6 int64
+    assert ctypes.sizeof(cuda_permute._Params) == 4 * 8 + 4 * 4 + 34 * 8
 
 
 # ---------------------------------------------------------------------------------------------------

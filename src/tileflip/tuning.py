@@ -605,25 +605,24 @@ def tile_launch(sizes, in_strides, kept: bool, vec: tuple, config, offsets32: bo
 
 
 # Realigned stores of 1-byte elements (``realign_launch``, the CUDA kernel of
-# kernels/cuda/permute_realign.cu): a transposed tile launch that loads 16-byte vectors along A (one
-# input run) and stores B (one output run) a byte a lane, because its output rows start at any byte.
-# There a warp's 32 bytes straddle two 32-byte sectors, and the L2's write requests set the pace: on the
-# slow cases of the permute suites Nsight Compute found time proportional to the sectors written (about
-# 15.5 us per million, as for a copy; session 12 and 15 runs, fitted in session 16), int8
-# (11,39,29,21,42,24) (5,4,2,3,1,0) writing 11.3 M sectors for 7.7 M of output. The CUDA kernel writes
-# each row as whole aligned sectors. (Realigning in Triton, through tl.gather, lost 4-55 points: session
-# 16 runs 1-3, experiments/h200-2026-12-02-permute-variants-skew-s16run3.json.)
+# kernels/cuda/permute_realign.cu, on ``backend="auto"``): a transposed tile launch that loads 16-byte
+# vectors along A (one input run) and stores B (one long output run) a byte a lane, because its output
+# rows start at any byte. The CUDA kernel writes each row as whole aligned 16-byte pieces (the tile held
+# transposed in shared memory, each piece funnel-shifted into place). Measured (session 16 runs 8-10,
+# experiments/h200-2026-12-02-permute-variants-realign-cuda-s16run*.json, fractions of copy): int8
+# (11,39,29,21,42,24) (5,4,2,3,1,0) 0.68 -> 0.73-0.74, its fifth (11,39,29,5,42,24) 0.69 -> 0.73,
+# (6,300,37,2000) (0,3,1,2), B of 11100, 0.57 -> 0.76-0.77; (5,37,9,40000) (0,3,2,1), whose B is a row of
+# 333 bytes, 0.66 -> 0.44 (each row's pieces are mostly its ragged ends), hence REALIGN_MIN_B.
 REALIGN_STORES = True
-REALIGN_WORDS = False  # the tile held transposed in shared memory (permute_realign_words)
-REALIGN_WORDS_SUFFIX = ""
-REALIGN_TILE = (64, 256)  # (A bytes, B bytes a tile writes of each row): the .cu file's TA and STEP
+REALIGN_TILE = (64, 256)  # (A bytes, B bytes of each row) a block moves: the .cu file's TA and STEP
+REALIGN_MIN_B = 2048  # output rows at least this long (between the 333 that lost and the 11100 that won)
 
 
 def realign_launch(p, element_size: int) -> PermuteLaunch | None:
     """The tile launch of plan ``p`` (a ``permute_launch``) where the realigned-store CUDA kernel takes it
     instead (REALIGN_STORES), else None: 1-byte elements, a transposed tile whose axis A is one run of the
     input with every input row piece 16-byte aligned (the strides of B and the batch multiples of 16;
-    the input's address is checked per call), axis B one run of the output at least a block's piece long,
+    the input's address is checked per call), axis B one run of the output of at least REALIGN_MIN_B,
     stores narrower than 16 bytes, and indices within 32 bits."""
     if not REALIGN_STORES or element_size != 1 or p.kind != "tiles":
         return None
@@ -637,13 +636,12 @@ def realign_launch(p, element_size: int) -> PermuteLaunch | None:
         if in_strides[d] != run:
             return None
         run *= sizes[d]
-    if size_b < REALIGN_TILE[1] or b_output_run(sizes, go.b_dims) < size_b:
+    if size_b < REALIGN_MIN_B or b_output_run(sizes, go.b_dims) < size_b:
         return None
     if any(in_strides[d] % VECTOR_BYTES for d in (*go.b_dims, *go.batch_dims)):
         return None
-    if max(size_a, size_b) >= 2**31 or cdiv(size_a, REALIGN_TILE[0]) * cdiv(size_b + 31, REALIGN_TILE[1]) * go.batch >= 2**31:
-        return None
-    return go
+    blocks = cdiv(size_a, REALIGN_TILE[0]) * cdiv(size_b + 31, REALIGN_TILE[1]) * go.batch
+    return go if max(size_a, size_b) < 2**31 and blocks < 2**31 else None
 
 
 def offset_bounds(sizes, in_strides, axes) -> tuple[int, int]:

@@ -22,6 +22,7 @@ from tileflip.kernels.triton_common import current_stream
 from tileflip.plan import cdiv, contiguous_strides
 
 CU_FILE = Path(__file__).with_name("cuda") / "permute_realign.cu"
+KERNEL = "permute_realign_u8"
 THREADS = 256
 HALO = 32  # rows a block loads before its first B index: the .cu file's HALO
 MAX_DECODE = {"a": 4, "b": 4, "n": 6}  # dimensions each decode of the .cu file's Params holds
@@ -66,17 +67,29 @@ def params_of(plan) -> tuple[tuple, int] | None:
 
     a = [sizes[d] for d in go.a_dims], [out_strides[d] for d in go.a_dims]
     b = [sizes[d] for d in go.b_dims], [in_strides[d] for d in go.b_dims]
-    n = [sizes[d] for d in go.batch_dims], [in_strides[d] for d in go.batch_dims], [out_strides[d] for d in go.batch_dims]
+    nd = go.batch_dims
+    n = [sizes[d] for d in nd], [in_strides[d] for d in nd], [out_strides[d] for d in nd]
     fields = (size_a, size_b, tiles_a, tiles_b, len(a[0]), len(b[0]), len(n[0]), 0,
               padded(a[0], 4), padded(a[1], 4), padded(b[0], 4), padded(b[1], 4),
               padded(n[0], 6), padded(n[1], 6), padded(n[2], 6))  # fmt: skip
     return fields, tiles_a * tiles_b * go.batch
 
 
+@functools.cache
+def available() -> bool:
+    """Whether cuda-python and NVRTC are installed (the optional extra ``tileflip[cuda]``)."""
+    try:
+        nvrtc.nvrtc_version()
+    except ImportError:
+        return False
+    return True
+
+
 def usable(x: torch.Tensor, plan) -> bool:
-    """Whether this call of ``plan`` takes the CUDA kernel: the plan's launch does (``params_of``) and x's
-    address is 16-byte aligned (its row pieces are read as aligned 16-byte words)."""
-    return x.data_ptr() % 16 == 0 and params_of(plan) is not None
+    """Whether this call of ``plan`` takes the CUDA kernel: the plan's launch does (``params_of``), x's
+    address is 16-byte aligned (its row pieces are read as aligned 16-byte words), and NVRTC is there
+    (else the Triton kernel runs it)."""
+    return x.data_ptr() % 16 == 0 and params_of(plan) is not None and available()
 
 
 class _ThreadArgs(threading.local):
@@ -104,17 +117,10 @@ def kernel_on(device: int):
         with torch.cuda.device(device):
             nvrtc.ensure_context(device)
         args.ready.add(device)
-    name = kernel_name()
-    kernel = _handles.get((device, name))
+    kernel = _handles.get(device)
     if kernel is None:
-        kernel = _handles[device, name] = nvrtc.get_kernel(CU_FILE, name, device, _arch(device))
+        kernel = _handles[device] = nvrtc.get_kernel(CU_FILE, KERNEL, device, _arch(device))
     return kernel
-
-
-def kernel_name(tile=None) -> str:
-    """The .cu file's kernel for a tile (A bytes, B bytes a block writes of each row; tuning.REALIGN_TILE)."""
-    ta, step = tile or tuning.REALIGN_TILE
-    return f"permute_realign_u8_a{ta}_s{step}" + ("_words" + tuning.REALIGN_WORDS_SUFFIX if tuning.REALIGN_WORDS else "")
 
 
 def launch(x: torch.Tensor, out: torch.Tensor, plan) -> None:

@@ -9,17 +9,21 @@
 // decodes over up to 6 dimensions. out_row and in_b decode the axis's linear index over up to 4
 // dimensions (innermost first); indices fit 32 bits (the caller checks), offsets are 64-bit.
 //
-// Why: the Triton tile kernel stores such rows one byte per lane (its vectors need aligned addresses),
-// so a warp's 32 bytes straddle two sectors of the L2 wherever the row starts off a boundary, and the
-// L2's write requests, not DRAM, set the pace of those launches (Nsight Compute: ~15.5 us per million
-// sectors written, the copy's rate; session 16). Here a block loads a tile of TA columns (a) x (STEP +
-// HALO) rows (b) with 16-byte loads into shared memory as it lies in the input, then each thread
-// gathers the 16 bytes of one aligned 16-byte piece of an output row from 16 tile rows (one byte each),
-// packs them, and stores them with one 16-byte store. Output row a's piece in the block of B tile tb
-// covers b in [tb * STEP - m_a, tb * STEP - m_a + STEP), m_a = the misalignment of the row's start
-// mod 32 (STEP is a multiple of 32, so m_a is the same in every block and the pieces tile the row);
-// the HALO rows before tb * STEP hold the bytes the pieces take from before it. Pieces that run past
-// either end of the row are written byte by byte. TA and STEP are template parameters.
+// Why: the Triton tile kernel stores such rows one byte per lane (its vectors need aligned addresses), so
+// each thread moves a byte per store and a warp's 32 bytes straddle two 32-byte sectors wherever a row
+// starts off a boundary (int8 (11,39,29,21,42,24) (5,4,2,3,1,0): 11.3 M sectors written for 7.7 M of
+// output, session 15). Here a block moves a tile of TA = 64 columns (a) x STEP + HALO = 288 rows (b). A
+// thread loads one 16-byte piece of 4 consecutive input rows, turns each 4 x 4 block of bytes around
+// with byte permutations and writes the words into shared memory, where the tile is held transposed,
+// one row of words per output row. Output row a's piece in the block of B tile tb covers b in
+// [tb * STEP - m_a, tb * STEP - m_a + STEP), m_a the misalignment of the row's start mod 32 (STEP is a
+// multiple of 32, so m_a is the same in every block and the pieces tile the row; the HALO rows before
+// tb * STEP hold the bytes it takes from before it): each aligned 16-byte piece is 5 words of its tile
+// row funnel-shifted into place and stored whole, a warp writing whole sectors. Pieces that run past
+// either end of the row are written byte by byte. Measured forms (session 16 runs 6-10): bytes gathered
+// a tile row at a time from the untransposed tile (its writes 8.2 M sectors, yet 0.60-0.71 of copy
+// against this form's 0.73-0.74), other tile sizes, several tiles a block with the next one's loads
+// issued early, launch bounds for more blocks an SM: none faster.
 //
 // No header is included (NVRTC has no standard library search path).
 
@@ -67,94 +71,10 @@ __device__ __forceinline__ void batch_offsets(const Params& p, tf_i64 n, tf_i64&
     }
 }
 
-// Four bytes (the low byte of each) as one word, first in the lowest byte.
-__device__ __forceinline__ tf_u32 pack4(tf_u32 x0, tf_u32 x1, tf_u32 x2, tf_u32 x3) {
-    return __byte_perm(__byte_perm(x0, x1, 0x0040), __byte_perm(x2, x3, 0x0040), 0x5410);
-}
-
-// One tile: TA columns (a: output rows; a TA-byte piece of each input row) x STEP + HALO rows (b).
+// One tile: TA columns (a: output rows; a TA-byte piece of each input row) x STEP + HALO rows (b), held
+// transposed in shared memory, one row of words per output row.
 template <int TA, int STEP>
 __device__ __forceinline__ void permute_realign(const tf_u8* __restrict__ in, tf_u8* __restrict__ out,
-                                                const Params& p) {
-    constexpr int ROWS = STEP + HALO;
-    constexpr int PITCH = TA + 4;      // bytes per tile row: an odd number of words spreads a column's bytes
-    constexpr int CHUNKS = TA / 16;    // 16-byte loads per row
-    __shared__ __align__(16) tf_u8 tile[ROWS * PITCH];
-    __shared__ tf_i64 row_in[ROWS];    // in_n + in_b(b) + a0 of each tile row, -1 outside [0, bsz)
-    __shared__ tf_i64 row_out[TA];     // out_n + out_row(a0 + a)
-    const int tid = threadIdx.x;
-    const tf_i64 bid = blockIdx.x;
-    const tf_i64 ta = bid % p.tiles_a;
-    const tf_i64 rest = bid / p.tiles_a;
-    const tf_i64 a0 = ta * TA;
-    const tf_i64 b0 = (rest % p.tiles_b) * STEP;
-    const int valid_a = static_cast<int>(p.asz - a0 < TA ? p.asz - a0 : TA);
-    tf_i64 in_n, out_n;
-    batch_offsets(p, rest / p.tiles_b, in_n, out_n);
-    for (int r = tid; r < ROWS; r += THREADS) {
-        const tf_i64 b = b0 - HALO + r;
-        row_in[r] = b >= 0 && b < p.bsz ? in_n + decode(static_cast<unsigned>(b), p.nb, p.b_sizes, p.b_in) + a0 : -1;
-    }
-    if (tid < valid_a) row_out[tid] = out_n + decode(static_cast<unsigned>(a0 + tid), p.na, p.a_sizes, p.a_out);
-    __syncthreads();
-    // Load: CHUNKS lanes a row, 16 bytes each; a 16-byte word that holds any byte of the piece is read
-    // whole (aligned: it lies in the tensor's allocation); bytes past the valid columns are never written.
-    constexpr int LOADS = (ROWS * CHUNKS + THREADS - 1) / THREADS;
-    uint4 v[LOADS];
-#pragma unroll
-    for (int i = 0; i < LOADS; ++i) {
-        const int item = tid + THREADS * i;
-        const int r = item / CHUNKS;
-        const int k = item % CHUNKS;
-        if (item < ROWS * CHUNKS && row_in[r] >= 0 && 16 * k < valid_a) {
-            v[i] = *reinterpret_cast<const uint4*>(in + row_in[r] + 16 * k);
-        }
-    }
-#pragma unroll
-    for (int i = 0; i < LOADS; ++i) {
-        const int item = tid + THREADS * i;
-        if (item < ROWS * CHUNKS) {
-            tf_u32* dst = reinterpret_cast<tf_u32*>(tile + (item / CHUNKS) * PITCH + 16 * (item % CHUNKS));
-            dst[0] = v[i].x;
-            dst[1] = v[i].y;
-            dst[2] = v[i].z;
-            dst[3] = v[i].w;
-        }
-    }
-    __syncthreads();
-    // Store: a warp writes one aligned 32-byte sector (two 16-byte pieces) of each of 16 output rows.
-#pragma unroll
-    for (int it = 0; it < TA * (STEP / 16) / THREADS; ++it) {
-        const int item = tid + THREADS * it;
-        const int a = (item >> 1) % TA;
-        const int j = (item & 1) | ((item / (2 * TA)) << 1);  // the row's 16-byte piece, 0 .. STEP / 16 - 1
-        if (a >= valid_a) continue;
-        const tf_i64 start = row_out[a];
-        const int m = static_cast<int>((reinterpret_cast<tf_u64>(out) + static_cast<tf_u64>(start)) & 31);
-        const tf_i64 first = b0 - m + 16 * j;  // b of the piece's first byte
-        const tf_u8* col = tile + (HALO - m + 16 * j) * PITCH + a;
-        tf_u32 x[16];
-#pragma unroll
-        for (int s = 0; s < 16; ++s) x[s] = col[s * PITCH];
-        tf_u8* dst = out + (start - m + b0 + 16 * j);
-        if (first >= 0 && first + 16 <= p.bsz) {
-            *reinterpret_cast<uint4*>(dst) = make_uint4(pack4(x[0], x[1], x[2], x[3]), pack4(x[4], x[5], x[6], x[7]),
-                                                        pack4(x[8], x[9], x[10], x[11]), pack4(x[12], x[13], x[14], x[15]));
-        } else {
-#pragma unroll
-            for (int s = 0; s < 16; ++s) {
-                if (first + s >= 0 && first + s < p.bsz) dst[s] = static_cast<tf_u8>(x[s]);
-            }
-        }
-    }
-}
-
-// The same tile held transposed in shared memory (WORD form): a thread loads one 16-byte piece of 4
-// consecutive input rows, turns each 4 x 4 block of bytes around with byte permutations (rows become
-// columns) and writes the words into the tile's output row (a) at the 4 rows' place; an output piece is
-// then 5 words of its tile row shifted into alignment (funnel shifts), where the byte form reads 16 bytes.
-template <int TA, int STEP>
-__device__ __forceinline__ void permute_realign_words(const tf_u8* __restrict__ in, tf_u8* __restrict__ out,
                                                       const Params& p) {
     constexpr int ROWS = STEP + HALO;
     constexpr int WORDS = ROWS / 4 + 1;  // words per tile row (output row a): odd, so rows spread over banks
@@ -178,6 +98,10 @@ __device__ __forceinline__ void permute_realign_words(const tf_u8* __restrict__ 
     }
     if (tid < valid_a) row_out[tid] = out_n + decode(static_cast<unsigned>(a0 + tid), p.na, p.a_sizes, p.a_out);
     __syncthreads();
+    // Load: a thread reads one 16-byte piece of 4 consecutive rows (4 lanes a row, 8 row groups a warp);
+    // a 16-byte word that holds any byte of a piece is read whole (aligned: it lies in the tensor's
+    // allocation), and bytes past the valid columns are never written out. Every load is issued before
+    // the first is used.
     constexpr int PASSES = (UNITS + THREADS - 1) / THREADS;
     uint4 v[PASSES][4];
 #pragma unroll
@@ -193,6 +117,8 @@ __device__ __forceinline__ void permute_realign_words(const tf_u8* __restrict__ 
             }
         }
     }
+    // Each 4 x 4 block of bytes (4 rows' word w) turned around with byte permutations: word e of the
+    // result holds column 16k + 4w + e of the 4 rows, written to that output row's words at the rows' place.
 #pragma unroll
     for (int i = 0; i < PASSES; ++i) {
         const int unit = tid + THREADS * i;
@@ -217,6 +143,8 @@ __device__ __forceinline__ void permute_realign_words(const tf_u8* __restrict__ 
         }
     }
     __syncthreads();
+    // Store: a warp writes one aligned 32-byte sector (two 16-byte pieces) of each of 16 output rows, each
+    // piece 5 words of its tile row funnel-shifted into place.
     constexpr int PIECES = TA * (STEP / 16);
 #pragma unroll
     for (int it = 0; it < (PIECES + THREADS - 1) / THREADS; ++it) {
@@ -248,27 +176,7 @@ __device__ __forceinline__ void permute_realign_words(const tf_u8* __restrict__ 
 
 }  // namespace tileflip_realign
 
-// permute_realign_u8_a<TA>_s<STEP>: the tile shapes tileflip.tuning.REALIGN_TILE may name.
-#define TILEFLIP_REALIGN(TA, STEP)                                                                           \
-    extern "C" __global__ void __launch_bounds__(256)                                                        \
-        permute_realign_u8_a##TA##_s##STEP(const tf_u8* __restrict__ in, tf_u8* __restrict__ out,           \
-                                          const tileflip_realign::Params p) {                                \
-        tileflip_realign::permute_realign<TA, STEP>(in, out, p);                                             \
-    }
-
-TILEFLIP_REALIGN(64, 256)
-TILEFLIP_REALIGN(64, 512)
-TILEFLIP_REALIGN(32, 512)
-TILEFLIP_REALIGN(32, 1024)
-
-#define TILEFLIP_REALIGN_WORDS(TA, STEP, MINB, SUFFIX)                                                      \
-    extern "C" __global__ void __launch_bounds__(256, MINB)                                                  \
-        permute_realign_u8_a##TA##_s##STEP##_words##SUFFIX(const tf_u8* __restrict__ in, tf_u8* __restrict__ out, \
-                                                         const tileflip_realign::Params p) {                 \
-        tileflip_realign::permute_realign_words<TA, STEP>(in, out, p);                                       \
-    }
-
-TILEFLIP_REALIGN_WORDS(64, 256, 1, )
-TILEFLIP_REALIGN_WORDS(64, 224, 1, )
-TILEFLIP_REALIGN_WORDS(64, 224, 6, _b6)
-TILEFLIP_REALIGN_WORDS(64, 224, 8, _b8)
+extern "C" __global__ void __launch_bounds__(256)
+    permute_realign_u8(const tf_u8* __restrict__ in, tf_u8* __restrict__ out, const tileflip_realign::Params p) {
+    tileflip_realign::permute_realign<64, 256>(in, out, p);
+}
