@@ -119,20 +119,7 @@ def _permute_launch(p, size) -> list[str]:
 
     size_a, size_b = _product(p.sizes[d] for d in go.a_dims), _product(p.sizes[d] for d in go.b_dims)
     tiles = go.grid[0] * go.grid[1]
-    if tuning.realign_launch(p, size) is not None:
-        ta, step = tuning.REALIGN_TILE
-        blocks = -(-size_a // ta) * -(-(size_b + 31) // step) * go.batch
-        return [
-            "CUDA realigned-store kernel (backend auto, kernels/cuda/permute_realign.cu; Triton's tile kernel "
-            "where NVRTC is missing or x is off a 16-byte boundary):",
-            f"  A (input-fastest first, one input run): {axis(go.a_dims)} = {size_a}",
-            f"  B (output-fastest first, one output run): {axis(go.b_dims)} = {size_b}",
-            f"  batch (per block): {axis(go.batch_dims)} = {go.batch}",
-            f"tile {ta} (A) x {step} (B) bytes a block, 256 threads; 16-byte loads, and each output row written "
-            f"as aligned 16-byte pieces from a 32-byte boundary (its start is at any byte)",
-            f"grid: {blocks} blocks (1-D), consecutive blocks along A",
-        ]
-    return [
+    lines = [
         f"tile kernel ({'loads and stores along A' if go.kept else 'loads along A, stores along B'}): "
         f"tile {bb} (B) x {ba} (A), {go.num_warps} warps",
         f"  A (input-fastest first): {axis(go.a_dims)} = {size_a}",
@@ -143,6 +130,21 @@ def _permute_launch(p, size) -> list[str]:
         f"{'; 64-bit tile indices' if go.wide else ''}{f'; at most {go.maxnreg} registers' if go.maxnreg else ''}",
         f"grid: {go.grid[0]} x {go.grid[1]} = {tiles} tiles x {go.batch} batch elements = {go.programs} programs (1-D),"
         f" consecutive programs along {'B' if go.b_fast else 'A'}",
+    ]
+    if tuning.realign_launch(p, size) is None:
+        return lines
+    ta, step = tuning.REALIGN_TILE
+    blocks = -(-size_a // ta) * -(-(size_b + 31) // step) * go.batch
+    return [
+        "CUDA realigned-store kernel (backend auto; kernels/cuda/permute_realign.cu):",
+        f"  A (input-fastest first, one input run): {axis(go.a_dims)} = {size_a}",
+        f"  B (output-fastest first, one output run): {axis(go.b_dims)} = {size_b}",
+        f"  batch (per block): {axis(go.batch_dims)} = {go.batch}",
+        f"  tile {ta} (A) x {step} (B) bytes a block, 256 threads; 16-byte loads, each output row written as "
+        "aligned 16-byte pieces from a 32-byte boundary (its start is at any byte)",
+        f"  grid: {blocks} blocks (1-D), consecutive blocks along A",
+        "otherwise (backend triton, NVRTC missing, or x off a 16-byte boundary) Triton's:",
+        *lines,
     ]
 
 

@@ -421,8 +421,10 @@ def permute(x: torch.Tensor, dims, out: torch.Tensor | None = None, *, backend: 
     (NumPy integers, 0-d integer tensors); not bools.
     The planner (``tileflip.plan.plan_permute``) merges dimensions that stay adjacent and picks one of
     a few fixed-rank kernels; ``tileflip plan --shape ... --perm ...`` prints the plan.
-    Backends: ``"triton"`` (the kernels; on a CPU tensor only under the interpreter), ``"torch"``
-    (``out.copy_(x.permute(dims))``) and ``"auto"`` (as for ``transpose``).
+    Backends: ``"triton"`` (the Triton kernels; on a CPU tensor only under the interpreter), ``"torch"``
+    (``out.copy_(x.permute(dims))``) and ``"auto"``: the Triton kernels on a GPU, but for 1-byte
+    permutes whose output rows start at any byte (``tuning.realign_launch``) the CUDA C++ kernel of
+    ``kernels/cuda/permute_realign.cu`` where NVRTC is installed; on a CPU tensor as for ``transpose``.
     """
     if torch.compiler.is_compiling():
         dims = list(dims) if isinstance(dims, (tuple, list)) else dims
