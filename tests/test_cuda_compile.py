@@ -114,16 +114,7 @@ def test_nvrtc_cubin_layout(nvrtc_cubin):
     check_cubin(nvrtc_cubin)
 
 
-@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH (the NVRTC tests still ran)")
-def test_nvcc_compiles_every_kernel(tmp_path):
-    out = tmp_path / "transpose.cubin"
-    cmd = ["nvcc", "-cubin", f"-arch=sm_{ARCH}", "-std=c++17", "-Werror", "all-warnings", "-o", str(out)]
-    result = subprocess.run([*cmd, str(cuda_transpose.CU_FILE)], check=False, capture_output=True, text=True)
-    assert result.returncode == 0, result.stdout + result.stderr
-    check_cubin(out.read_bytes())
-
-
-def _check_realign_cubin(elf: bytes) -> None:
+def check_realign_cubin(elf: bytes) -> None:
     assert cubin_arch(elf) == ARCH
     assert global_functions(elf) == {cuda_permute.KERNEL}
     # the tile: 64 output rows of (256 + 32) / 4 + 1 words
@@ -133,16 +124,23 @@ def _check_realign_cubin(elf: bytes) -> None:
 def test_nvrtc_compiles_the_realigned_permute():
     cubins = cuda_permute.compile_cubin(ARCH, use_cache=False)
     assert list(cubins) == ["permute_realign.cu"]
-    _check_realign_cubin(cubins["permute_realign.cu"])
+    check_realign_cubin(cubins["permute_realign.cu"])
+
+
+# each .cu file and the check of its cubin
+CU_FILES = {"transpose.cu": (cuda_transpose.CU_FILE, check_cubin),
+            "permute_realign.cu": (cuda_permute.CU_FILE, check_realign_cubin)}  # fmt: skip
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH (the NVRTC tests still ran)")
-def test_nvcc_compiles_the_realigned_permute(tmp_path):
-    out = tmp_path / "permute_realign.cubin"
+@pytest.mark.parametrize("name", sorted(CU_FILES))
+def test_nvcc_compiles_every_kernel(tmp_path, name):
+    path, check = CU_FILES[name]
+    out = tmp_path / "kernels.cubin"
     cmd = ["nvcc", "-cubin", f"-arch=sm_{ARCH}", "-std=c++17", "-Werror", "all-warnings", "-o", str(out)]
-    result = subprocess.run([*cmd, str(cuda_permute.CU_FILE)], check=False, capture_output=True, text=True)
+    result = subprocess.run([*cmd, str(path)], check=False, capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
-    _check_realign_cubin(out.read_bytes())
+    check(out.read_bytes())
 
 
 def test_realign_params_match_the_kernels_struct():
