@@ -134,7 +134,7 @@ def _permute_launch(p, size) -> list[str]:
     if tuning.realign_launch(p, size) is None:
         return lines
     ta, step = tuning.REALIGN_TILE
-    blocks = -(-size_a // ta) * -(-(size_b + 31) // step) * go.batch
+    blocks = tuning.realign_grid(p.sizes, go)[2]
     return [
         "CUDA realigned-store kernel (backend auto; kernels/cuda/permute_realign.cu):",
         f"  A (input-fastest first, one input run): {axis(go.a_dims)} = {size_a}",

@@ -615,6 +615,7 @@ def tile_launch(sizes, in_strides, kept: bool, vec: tuple, config, offsets32: bo
 # 333 bytes, 0.66 -> 0.44 (each row's pieces are mostly its ragged ends), hence REALIGN_MIN_B.
 REALIGN_STORES = True
 REALIGN_TILE = (64, 256)  # (A bytes, B bytes of each row) a block moves: the .cu file's TA and STEP
+REALIGN_HALO = 32  # rows a block loads before its first B index (a row's start is off by less): the .cu file's HALO
 REALIGN_MIN_B = 2048  # output rows at least this long (between the 333 that lost and the 11100 that won)
 
 
@@ -640,8 +641,15 @@ def realign_launch(p, element_size: int) -> PermuteLaunch | None:
         return None
     if any(in_strides[d] % VECTOR_BYTES for d in (*go.b_dims, *go.batch_dims)):
         return None
-    blocks = cdiv(size_a, REALIGN_TILE[0]) * cdiv(size_b + 31, REALIGN_TILE[1]) * go.batch
-    return go if max(size_a, size_b) < 2**31 and blocks < 2**31 else None
+    return go if max(size_a, size_b) < 2**31 and realign_grid(sizes, go)[2] < 2**31 else None
+
+
+def realign_grid(sizes, go: PermuteLaunch) -> tuple[int, int, int]:
+    """(A tiles, B tiles, blocks) of the realigned-store kernel on launch ``go``'s axes: B tiles reach one
+    halo past the row's end, where the last rows' pieces end."""
+    size_a, size_b = _product(sizes[d] for d in go.a_dims), _product(sizes[d] for d in go.b_dims)
+    tiles_a, tiles_b = cdiv(size_a, REALIGN_TILE[0]), cdiv(size_b + REALIGN_HALO - 1, REALIGN_TILE[1])
+    return tiles_a, tiles_b, tiles_a * tiles_b * go.batch
 
 
 def offset_bounds(sizes, in_strides, axes) -> tuple[int, int]:

@@ -19,12 +19,11 @@ from tileflip import tuning
 from tileflip.kernels import nvrtc
 from tileflip.kernels.cuda_transpose import _arch
 from tileflip.kernels.triton_common import current_stream
-from tileflip.plan import cdiv, contiguous_strides
+from tileflip.plan import contiguous_strides
 
 CU_FILE = Path(__file__).with_name("cuda") / "permute_realign.cu"
 KERNEL = "permute_realign_u8"
 THREADS = 256
-HALO = 32  # rows a block loads before its first B index: the .cu file's HALO
 MAX_DECODE = {"a": 4, "b": 4, "n": 6}  # dimensions each decode of the .cu file's Params holds
 
 
@@ -57,10 +56,9 @@ def params_of(plan) -> tuple[tuple, int] | None:
     groups = {"a": go.a_dims, "b": go.b_dims, "n": go.batch_dims}
     if any(len(dims) > MAX_DECODE[k] for k, dims in groups.items()):
         return None
-    ta, step = tuning.REALIGN_TILE
     size_a = tuning._product(sizes[d] for d in go.a_dims)
     size_b = tuning._product(sizes[d] for d in go.b_dims)
-    tiles_a, tiles_b = cdiv(size_a, ta), cdiv(size_b + HALO - 1, step)
+    tiles_a, tiles_b, blocks = tuning.realign_grid(sizes, go)
 
     def padded(values, n):
         return tuple(values) + (0,) * (n - len(values))
@@ -72,7 +70,7 @@ def params_of(plan) -> tuple[tuple, int] | None:
     fields = (size_a, size_b, tiles_a, tiles_b, len(a[0]), len(b[0]), len(n[0]), 0,
               padded(a[0], 4), padded(a[1], 4), padded(b[0], 4), padded(b[1], 4),
               padded(n[0], 6), padded(n[1], 6), padded(n[2], 6))  # fmt: skip
-    return fields, tiles_a * tiles_b * go.batch
+    return fields, blocks
 
 
 @functools.cache
