@@ -1,9 +1,12 @@
-"""Launcher of the CUDA C++ permute in ``cuda/permute_realign.cu`` (compiled by NVRTC on first use): the
-launches that ``tileflip.tuning.realign_launch`` gives it, 1-byte elements whose output rows start at
-any byte, written as whole aligned 32-byte sectors.
+"""Launchers of the CUDA C++ permutes (compiled by NVRTC on first use):
+
+- ``cuda/permute_realign.cu``: the launches that ``tileflip.tuning.realign_launch`` gives it, 1-byte
+  elements whose output rows start at any byte, written as whole aligned 32-byte sectors;
+- ``cuda/permute_staged.cu``: the launches that ``tileflip.tuning.staged_rule`` gives it, a box of the
+  tensor moved through shared memory as whole input and output runs (``tileflip.staged``).
 
 ``launch(x, out, plan)`` is called by ``tileflip.ops`` once every argument check is done (``out``
-contiguous, not overlapping ``x``); ``usable`` says whether a call may take it.
+contiguous, not overlapping ``x``); ``usable`` says whether a call may take one of them.
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ from tileflip.plan import contiguous_strides
 CU_FILE = Path(__file__).with_name("cuda") / "permute_realign.cu"
 KERNEL = "permute_realign_u8"
 THREADS = 256
+STAGED_CU_FILE = Path(__file__).with_name("cuda") / "permute_staged.cu"
+STAGED_THREADS = 256
 MAX_DECODE = {"a": 4, "b": 4, "n": 6}  # dimensions each decode of the .cu file's Params holds
 
 
@@ -39,9 +44,22 @@ class _Params(ctypes.Structure):
     ]  # fmt: skip
 
 
+class _StagedParams(ctypes.Structure):
+    """The staged kernel's ``Params`` (permute_staged.cu), field for field."""
+
+    _fields_ = [
+        ("in_stride", ctypes.c_int64 * 4), ("out_stride", ctypes.c_int64 * 4),
+        ("n_size", ctypes.c_int64 * 6), ("n_in", ctypes.c_int64 * 6), ("n_out", ctypes.c_int64 * 6),
+        ("ext", ctypes.c_int32 * 4), ("size", ctypes.c_int32 * 4), ("sm", ctypes.c_int32 * 4),
+        ("out_rows", ctypes.c_int32 * 4), ("nt", ctypes.c_int32), ("in_run", ctypes.c_int32),
+        ("out_run_mask", ctypes.c_int32), ("n_rows", ctypes.c_int32),
+        ("chunk", ctypes.c_int32), ("chunks", ctypes.c_int32), ("pitch", ctypes.c_int32), ("nn", ctypes.c_int32),
+    ]  # fmt: skip
+
+
 def compile_cubin(arch: int = 90, *, use_cache: bool = True) -> dict[str, bytes]:
-    """Compile this backend's .cu file for ``sm_<arch>`` (no GPU needed): ``{file name: cubin}``."""
-    return {CU_FILE.name: nvrtc.compile_cubin(CU_FILE, arch, use_cache=use_cache)}
+    """Compile this backend's .cu files for ``sm_<arch>`` (no GPU needed): ``{file name: cubin}``."""
+    return {f.name: nvrtc.compile_cubin(f, arch, use_cache=use_cache) for f in (CU_FILE, STAGED_CU_FILE)}
 
 
 @functools.lru_cache(maxsize=256)
@@ -60,17 +78,42 @@ def params_of(plan) -> tuple[tuple, int] | None:
     size_b = tuning._product(sizes[d] for d in go.b_dims)
     tiles_a, tiles_b, blocks = tuning.realign_grid(sizes, go)
 
-    def padded(values, n):
-        return tuple(values) + (0,) * (n - len(values))
-
     a = [sizes[d] for d in go.a_dims], [out_strides[d] for d in go.a_dims]
     b = [sizes[d] for d in go.b_dims], [in_strides[d] for d in go.b_dims]
     nd = go.batch_dims
     n = [sizes[d] for d in nd], [in_strides[d] for d in nd], [out_strides[d] for d in nd]
     fields = (size_a, size_b, tiles_a, tiles_b, len(a[0]), len(b[0]), len(n[0]), 0,
-              padded(a[0], 4), padded(a[1], 4), padded(b[0], 4), padded(b[1], 4),
-              padded(n[0], 6), padded(n[1], 6), padded(n[2], 6))  # fmt: skip
+              _padded(a[0], 4), _padded(a[1], 4), _padded(b[0], 4), _padded(b[1], 4),
+              _padded(n[0], 6), _padded(n[1], 6), _padded(n[2], 6))  # fmt: skip
     return fields, blocks
+
+
+def _padded(values, n):
+    return tuple(values) + (0,) * (n - len(values))
+
+
+@functools.lru_cache(maxsize=256)
+def staged_params_of(plan, element_size: int) -> tuple[_StagedParams, int, int] | None:
+    """(the staged kernel's Params, blocks, shared bytes) of ``plan``, or None where
+    ``tuning.staged_rule`` leaves it to the other kernels."""
+    go = tuning.staged_rule(plan, element_size)
+    return None if go is None else (staged_params(plan, go), go.blocks, go.smem)
+
+
+def staged_params(plan, go) -> _StagedParams:
+    """The staged kernel's Params for ``plan`` moved in boxes ``go`` (a ``tileflip.staged.StagedLaunch``)."""
+    sizes, in_strides, out_strides = plan.sizes, plan.in_strides, contiguous_strides(plan.sizes)
+    mask = 0
+    for k in go.out_run:
+        mask |= 1 << k
+    return _StagedParams(
+        _padded([in_strides[d] for d in go.dims], 4), _padded([out_strides[d] for d in go.dims], 4),
+        _padded([sizes[d] for d in go.outer], 6), _padded([in_strides[d] for d in go.outer], 6),
+        _padded([out_strides[d] for d in go.outer], 6),
+        _padded(go.extents, 4), _padded([sizes[d] for d in go.dims], 4), _padded(go.smem_strides, 4),
+        _padded(go.out_rows, 4), len(go.dims), go.in_run, mask, len(go.out_rows),
+        go.chunk, go.chunks, go.pitch, len(go.outer),
+    )  # fmt: skip
 
 
 @functools.cache
@@ -84,10 +127,13 @@ def available() -> bool:
 
 
 def usable(x: torch.Tensor, plan) -> bool:
-    """Whether this call of ``plan`` takes the CUDA kernel: the plan's launch does (``params_of``), x's
-    address is 16-byte aligned (its row pieces are read as aligned 16-byte words), and NVRTC is there
-    (else the Triton kernel runs it)."""
-    return x.data_ptr() % 16 == 0 and params_of(plan) is not None and available()
+    """Whether this call of ``plan`` takes a CUDA kernel: the staged kernel where its rule takes the plan
+    (``staged_params_of``), or the realigned one where its launch does (``params_of``) and x's address is
+    16-byte aligned (its row pieces are read as aligned 16-byte words); and NVRTC is there (else the
+    Triton kernels run it)."""
+    if staged_params_of(plan, x.element_size()) is not None:
+        return available()
+    return x.element_size() == 1 and x.data_ptr() % 16 == 0 and params_of(plan) is not None and available()
 
 
 class _ThreadArgs(threading.local):
@@ -98,10 +144,15 @@ class _ThreadArgs(threading.local):
         self.x = ctypes.c_uint64()
         self.out = ctypes.c_uint64()
         self.params = _Params()
+        self.staged = _StagedParams()
         self.pointers = (ctypes.c_void_p * 3)(
             ctypes.addressof(self.x), ctypes.addressof(self.out), ctypes.addressof(self.params)
         )
+        self.staged_pointers = (ctypes.c_void_p * 3)(
+            ctypes.addressof(self.x), ctypes.addressof(self.out), ctypes.addressof(self.staged)
+        )
         self.address = ctypes.addressof(self.pointers)
+        self.staged_address = ctypes.addressof(self.staged_pointers)
         self.ready: set = set()
 
 
@@ -109,24 +160,40 @@ _args = _ThreadArgs()
 _handles: dict = {}
 
 
-def kernel_on(device: int):
+def kernel_on(device: int, cu_file: Path = CU_FILE, name: str = KERNEL):
+    """The handle of kernel ``name`` of ``cu_file`` on ``device`` (allowed all the dynamic shared memory a
+    block may have there), a context made current on this thread first."""
     args = _args
     if device not in args.ready:
         with torch.cuda.device(device):
             nvrtc.ensure_context(device)
         args.ready.add(device)
-    kernel = _handles.get(device)
+    key = (device, name)
+    kernel = _handles.get(key)
     if kernel is None:
-        kernel = _handles[device] = nvrtc.get_kernel(CU_FILE, KERNEL, device, _arch(device))
+        kernel = nvrtc.get_kernel(cu_file, name, device, _arch(device))
+        if cu_file == STAGED_CU_FILE:
+            optin = torch.cuda.get_device_properties(device).shared_memory_per_block_optin
+            nvrtc.allow_dynamic_shared(kernel, optin, device)
+        _handles[key] = kernel
     return kernel
 
 
 def launch(x: torch.Tensor, out: torch.Tensor, plan) -> None:
     """Write ``x.permute(...)`` (``plan``) into the contiguous ``out``, for a call that is ``usable``."""
-    fields, blocks = params_of(plan)
     device = x.get_device()
-    kernel = kernel_on(device)
     args = _args
+    staged = staged_params_of(plan, x.element_size())
+    if staged is not None:
+        params, blocks, shared = staged
+        kernel = kernel_on(device, STAGED_CU_FILE, f"permute_staged_{x.element_size()}")
+        args.x.value, args.out.value = x.data_ptr(), out.data_ptr()
+        ctypes.memmove(ctypes.addressof(args.staged), ctypes.addressof(params), ctypes.sizeof(params))
+        nvrtc.launch(kernel, (blocks, 1, 1), (STAGED_THREADS, 1, 1), current_stream(device), args.staged_address,
+                     shared)  # fmt: skip
+        return
+    fields, blocks = params_of(plan)
+    kernel = kernel_on(device)
     args.x.value, args.out.value = x.data_ptr(), out.data_ptr()
     p = args.params
     for (name, _), value in zip(_Params._fields_, fields):

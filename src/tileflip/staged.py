@@ -1,0 +1,200 @@
+"""The staged permute's plan (the CUDA kernel of ``kernels/cuda/permute_staged.cu``): a block moves one box
+of the tensor through shared memory, read as whole runs of the input and written as whole runs of the
+output, the permutation done between the two inside shared memory.
+
+The Triton tile kernel moves a 2-D tile, one axis folding the input's fastest dimensions and the other
+the output's. Where a side's fastest dimension is short and the next one in that side's order is in the
+other axis (bf16 (32,48,47,18,10,3) by (0,4,1,3,5,2): 3-element input runs, 47-element output runs;
+int8 (42,9,11,29,38,29) by (2,1,4,5,3,0): runs of 1102 and 42 bytes, both off every 16-byte boundary),
+each tile row is a short piece, stored or loaded a few bytes a lane. A box over several dimensions can
+hold long runs on both sides at once: over (47,18,10,3) of the bf16 case the input is one run of 50760
+bytes and the output ten runs of 5076; over 42 x 29 x c of the int8 case the output is one run of
+1218 c bytes and the input 1218 runs of c.
+
+A box is the union of a prefix of the input's contiguous chain of dimensions (strides 1, n0, n0 n1, ...)
+and a prefix of the output's (its fastest dimensions), at most ``MAX_TILE_DIMS`` dimensions, at most
+one of them cut into chunks to fit ``SMEM_BYTES``; a side's run ends at the cut dimension (a block at
+the tensor's edge moves a shorter chunk, so nothing past it continues the run). Output runs of one box start at the same
+offset mod 16 (the kernel's shared rows are laid out at that shift), so every output dimension of the
+box outside its output run steps by a multiple of 16 bytes. This module imports no CUDA.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+from tileflip.plan import PermutePlan, cdiv, contiguous_strides
+
+MAX_TILE_DIMS = 4  # the .cu file's Params hold four box dimensions
+MAX_OUTER_DIMS = 6  # and six outer ones (the grid's decode)
+MAX_OUT_ROW_DIMS = 3
+SMEM_BYTES = 56 * 1024  # shared memory a block may take (four blocks, with 1 KiB each reserved, fill an SM's 228 KiB)
+MIN_RUN_BYTES = 32  # both sides' runs at least this long, else the box is not worth staging
+VECTOR = 16  # bytes a thread moves with one access
+
+
+@dataclass(frozen=True)
+class StagedLaunch:
+    """A box and its grid, in the plan's merged dimensions (indices into ``plan.sizes``).
+
+    ``dims``: the box's dimensions, input-fastest first; ``extents``: each one's extent in a block (the
+    chunk, for ``chunk``, the index into ``dims`` of the dimension cut in chunks, or -1); ``in_run``:
+    how many leading ``dims`` form the input run; ``out_run``: indices into ``dims`` of the output run,
+    output-fastest first; ``out_rows``: the other indices into ``dims`` (the output rows' decode),
+    output-fastest first; ``smem_strides``: each box dimension's stride, in elements, in the shared
+    layout (output order, one row of ``pitch`` bytes per output run); ``outer``: the dimensions outside
+    the box (the grid's decode, fastest first); ``blocks``: chunks times the outer dimensions' product;
+    ``smem``: shared memory per block in bytes; ``runs``: (input, output) run lengths in bytes on full
+    blocks."""
+
+    dims: tuple
+    extents: tuple
+    chunk: int
+    chunks: int
+    in_run: int
+    out_run: tuple
+    out_rows: tuple
+    smem_strides: tuple
+    pitch: int
+    outer: tuple
+    blocks: int
+    smem: int
+    runs: tuple
+
+
+def _product(values) -> int:
+    out = 1
+    for v in values:
+        out *= v
+    return out
+
+
+def input_chain(sizes, in_strides) -> list:
+    """The merged dimensions that form the input's contiguous chain: stride 1, then each next one
+    stepping over the previous exactly."""
+    chain, step = [], 1
+    while True:
+        nxt = [d for d in range(len(sizes)) if in_strides[d] == step and d not in chain and sizes[d] > 1]
+        if not nxt:
+            return chain
+        chain.append(nxt[0])
+        step *= sizes[nxt[0]]
+
+
+def _run(chain, box, cut) -> list:
+    """The leading dimensions of ``chain`` that are all in ``box``, up to the cut one: a side's run
+    within the box (a chunk at the tensor's edge shortens the run, so nothing past it continues it)."""
+    run = []
+    for d in chain:
+        if d not in box:
+            break
+        run.append(d)
+        if d == cut:
+            break
+    return run
+
+
+def _pitch(run_bytes: int) -> int:
+    """Bytes of one shared row: the run at any shift below 16, rounded up to whole 16-byte words."""
+    return cdiv(run_bytes + VECTOR - 1, VECTOR) * VECTOR
+
+
+def _candidate(sizes, in_strides, es, box, chunk_dim, chunk_ext):
+    """A StagedLaunch for ``box`` (a set of merged dimensions) with ``chunk_dim`` cut to ``chunk_ext``
+    (or None), or None where the kernel cannot take it."""
+    out_strides = contiguous_strides(sizes)
+    ext = {d: sizes[d] for d in box}
+    if chunk_dim is not None:
+        ext[chunk_dim] = chunk_ext
+    in_chain = input_chain(sizes, in_strides)
+    out_chain = list(range(len(sizes) - 1, -1, -1))
+    in_run, out_run = _run(in_chain, box, chunk_dim), _run(out_chain, box, chunk_dim)
+    if not in_run or not out_run:
+        return None
+    rows = [d for d in out_chain if d in box and d not in out_run]
+    if len(rows) > MAX_OUT_ROW_DIMS or any(out_strides[d] * es % VECTOR for d in rows):
+        return None
+    dims = in_run + sorted((d for d in box if d not in in_run), key=lambda d: (in_strides[d], -d))
+    if len(dims) > MAX_TILE_DIMS:
+        return None
+    outer = [d for d in range(len(sizes) - 1, -1, -1) if d not in box]
+    if len(outer) > MAX_OUTER_DIMS:
+        return None
+    run_in = _product(ext[d] for d in in_run) * es
+    run_out = _product(ext[d] for d in out_run) * es
+    pitch = _pitch(run_out)
+    smem_strides = {}
+    step = 1
+    for d in out_run:
+        smem_strides[d] = step
+        step *= ext[d]
+    step = pitch // es
+    for d in rows:
+        smem_strides[d] = step
+        step *= ext[d]
+    smem = step * es
+    chunks = cdiv(sizes[chunk_dim], chunk_ext) if chunk_dim is not None else 1
+    blocks = chunks * _product(sizes[d] for d in outer)
+    index = {d: i for i, d in enumerate(dims)}
+    return StagedLaunch(
+        dims=tuple(dims), extents=tuple(ext[d] for d in dims),
+        chunk=index[chunk_dim] if chunk_dim is not None else -1, chunks=chunks, in_run=len(in_run),
+        out_run=tuple(index[d] for d in out_run), out_rows=tuple(index[d] for d in rows),
+        smem_strides=tuple(smem_strides[d] for d in dims), pitch=pitch, outer=tuple(outer), blocks=blocks,
+        smem=smem, runs=(run_in, run_out),
+    )  # fmt: skip
+
+
+def _cost(go: StagedLaunch) -> float:
+    """Sectors touched per byte moved, both sides (a run of L bytes off a boundary touches about
+    L / 32 + 1 sectors), the fewer the better."""
+    return sum((r + 32) / r for r in go.runs)
+
+
+def _boxes(sizes, in_strides):
+    """The boxes to weigh: each union of a prefix of the input chain and a prefix of the output's order."""
+    in_chain = input_chain(sizes, in_strides)
+    out_chain = list(range(len(sizes) - 1, -1, -1))
+    seen = set()
+    for i in range(1, len(in_chain) + 1):
+        for j in range(1, len(out_chain) + 1):
+            box = frozenset(in_chain[:i]) | frozenset(out_chain[:j])
+            if len(box) <= MAX_TILE_DIMS and box not in seen:
+                seen.add(box)
+                yield box
+
+
+@functools.lru_cache(maxsize=256)
+def staged_box(sizes: tuple, in_strides: tuple, es: int, smem_bytes: int, min_run: int):
+    """The cheapest box (``_cost``) for these merged sizes and input strides that fits ``smem_bytes``,
+    whole or with one dimension cut in chunks, whose runs are at least ``min_run`` bytes, or None."""
+    best = None
+    for box in _boxes(sizes, in_strides):
+        options = [(None, None)]
+        for d in box:
+            options += [(d, e) for e in _chunk_extents(sizes[d])]
+        for chunk_dim, ext in options:
+            go = _candidate(sizes, in_strides, es, box, chunk_dim, ext)
+            if go is None or go.smem > smem_bytes or min(go.runs) < min_run:
+                continue
+            key = (_cost(go), -go.smem)
+            if best is None or key < best[0]:
+                best = (key, go)
+    return best[1] if best else None
+
+
+def _chunk_extents(size: int) -> list:
+    """Chunk lengths to try for a dimension of ``size``: powers of two below it and size / k."""
+    out = {1 << k for k in range(size.bit_length()) if 1 << k < size}
+    out |= {cdiv(size, k) for k in range(2, 17) if cdiv(size, k) < size}
+    return sorted(out)
+
+
+def staged_launch(p: PermutePlan, es: int, smem_bytes: int | None = None) -> StagedLaunch | None:
+    """The staged launch of a ``tiles`` plan within ``smem_bytes`` (default SMEM_BYTES), or None (see
+    ``staged_box``; a broadcast input, a stride of 0, is left to the tile kernel)."""
+    if p.kind != "tiles" or any(s == 0 for s in p.in_strides):
+        return None
+    budget = SMEM_BYTES if smem_bytes is None else smem_bytes
+    return staged_box(tuple(p.sizes), tuple(p.in_strides), es, budget, MIN_RUN_BYTES)

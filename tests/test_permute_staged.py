@@ -1,0 +1,369 @@
+"""The staged permute (tileflip.staged, kernels/cuda/permute_staged.cu): the planner's boxes, the rule that
+gives it launches, a CPU replay of the kernel's addressing from the launcher's parameters, and (GPU)
+exact results through the CUDA kernel."""
+
+import ctypes
+import random
+import re
+
+import numpy as np
+import pytest
+import torch
+
+import tileflip
+from tileflip import plan, staged, tuning
+from tileflip.kernels import cuda_permute
+
+DTYPES = {1: torch.int8, 2: torch.bfloat16, 4: torch.float32, 8: torch.float64}
+
+
+def _plan(shape, dims, es, strides=None):
+    strides = plan.contiguous_strides(shape) if strides is None else strides
+    return plan.plan_permute(tuple(shape), tuple(strides), tuple(dims), es)
+
+
+def test_boxes_of_the_suite_cases_that_motivate_it():
+    # bf16 (32,48,47,18,10,3) (0,4,1,3,5,2): the box over (47,18,10,3) reads one run of 50760 bytes and
+    # writes ten runs of 5076 (whole dimensions, no chunk).
+    go = staged.staged_launch(_plan((32, 48, 47, 18, 10, 3), (0, 4, 1, 3, 5, 2), 2), 2)
+    assert go.runs == (50760, 5076) and go.chunk == -1 and go.blocks == 32 * 48
+    assert go.pitch == 5104 and go.smem == 10 * 5104
+    # int8 (42,9,11,29,38,29) (2,1,4,5,3,0): 42 x 29 x a chunk of the 1102-long input run; the output is
+    # one run of 1218 * chunk bytes.
+    go = staged.staged_launch(_plan((42, 9, 11, 29, 38, 29), (2, 1, 4, 5, 3, 0), 1), 1)
+    chunk = go.extents[go.chunk]
+    assert go.runs == (chunk, 1218 * chunk) and go.out_rows == ()
+    assert go.smem <= staged.SMEM_BYTES and go.blocks == 11 * 9 * -(-1102 // chunk)
+
+
+def test_box_fits_the_shared_budget_and_keeps_runs_whole():
+    rng = random.Random(3)
+    seen = 0
+    for _ in range(300):
+        rank = rng.randint(3, 6)
+        shape = [rng.randint(2, 40) for _ in range(rank)]
+        dims = list(range(rank))
+        rng.shuffle(dims)
+        es = rng.choice((1, 2, 4, 8))
+        p = _plan(shape, dims, es)
+        if p.kind != "tiles":
+            continue
+        for budget in (1024, 8192, staged.SMEM_BYTES):
+            go = staged.staged_launch(p, es, budget)
+            if go is None:
+                continue
+            seen += 1
+            assert go.smem <= budget and min(go.runs) >= staged.MIN_RUN_BYTES
+            assert len(go.dims) <= staged.MAX_TILE_DIMS and len(go.outer) <= staged.MAX_OUTER_DIMS
+            out_strides = plan.contiguous_strides(p.sizes)
+            # output rows step by whole 16-byte words (one shift for all of a block's rows)
+            assert all(out_strides[go.dims[k]] * es % 16 == 0 for k in go.out_rows)
+            # the input run is contiguous: strides 1, e0, e0 e1, ...
+            step = 1
+            for k in range(go.in_run):
+                assert p.in_strides[go.dims[k]] == step
+                step *= p.sizes[go.dims[k]]
+    assert seen > 50
+
+
+def test_rule_takes_the_two_short_run_cases_and_leaves_wide_vectors():
+    assert tuning.staged_rule(_plan((32, 48, 47, 18, 10, 3), (0, 4, 1, 3, 5, 2), 2), 2) is not None
+    assert tuning.staged_rule(_plan((42, 9, 11, 29, 38, 29), (2, 1, 4, 5, 3, 0), 1), 1) is not None
+    # 16-byte vectors on both sides of the tile kernel: left to it
+    assert tuning.staged_rule(_plan((8, 4096, 32, 128), (0, 3, 2, 1), 2), 2) is None
+    # the realigned-store kernel's case stays there
+    p = _plan((11, 39, 29, 21, 42, 24), (5, 4, 2, 3, 1, 0), 1)
+    assert tuning.realign_launch(p, 1) is not None and tuning.staged_rule(p, 1) is None
+
+
+# ----------------------------------------------------------------------------------------------------
+# A replay of permute_staged.cu's addressing, block by block, from the launcher's parameters, on a byte
+# array standing for device memory.
+# ----------------------------------------------------------------------------------------------------
+
+
+def replay(memory: np.ndarray, in_addr: int, out_addr: int, params, blocks: int, es: int, x_span) -> None:
+    p = params
+    nt = p.nt
+    for block in range(blocks):
+        bid, ck = block, 0
+        if p.chunk >= 0:
+            ck, bid = bid % p.chunks, bid // p.chunks
+        in_base = out_base = 0
+        for d in range(p.nn):
+            s = p.n_size[d]
+            q = bid // s if d < p.nn - 1 else 0
+            r = bid - q * s
+            in_base += r * p.n_in[d]
+            out_base += r * p.n_out[d]
+            bid = q
+        e = [p.ext[k] if k < nt else 1 for k in range(4)]
+        if p.chunk >= 0:
+            k = p.chunk
+            e[k] = min(p.ext[k], p.size[k] - ck * p.ext[k])
+            in_base += ck * p.ext[k] * p.in_stride[k]
+            out_base += ck * p.ext[k] * p.out_stride[k]
+        m = (out_addr + out_base * es) & 15
+        rext = [e[k] if k < p.in_run else 1 for k in range(4)]
+        rsm = [p.sm[k] if k < p.in_run else 0 for k in range(4)]
+        run_len = int(np.prod(rext))
+        runs = int(np.prod([e[k] for k in range(p.in_run, nt)]))
+        run_bytes = run_len * es
+        words = (run_bytes + 15) // 16 + 1
+        shared = np.full(p.pitch * 4096, 0xEE, np.uint8)
+        for item in range(runs * words):
+            r, w = divmod(item, words)
+            off, so = in_base, 0
+            for k in range(p.in_run, nt):
+                r, c = divmod(r, e[k])
+                off += c * p.in_stride[k]
+                so += c * p.sm[k]
+            g = in_addr + off * es
+            mis = g & 15
+            start = 16 * w - mis
+            a, b = max(start, 0), min(start + 16, run_bytes)
+            if a >= b:
+                continue
+            word_at = g - mis + 16 * w
+            assert x_span[0] <= word_at and word_at + 16 <= x_span[1], "a word read outside x's 16-byte span"
+            word = memory[word_at : word_at + 16]
+            i = a // es
+            c = []
+            for k in range(3):
+                i, ck_ = divmod(i, rext[k])
+                c.append(ck_)
+            c.append(i)
+            pos = so + sum(ci * si for ci, si in zip(c, rsm))
+            for s in range(16 // es):
+                if a - start <= s * es < b - start:
+                    shared[pos * es + m : pos * es + m + es] = word[s * es : s * es + es]
+                    pos += rsm[0]
+                    c[0] += 1
+                    if c[0] == rext[0]:
+                        c[0] = 0
+                        pos += rsm[1] - rext[0] * rsm[0]
+                        c[1] += 1
+                        if c[1] == rext[1]:
+                            c[1] = 0
+                            pos += rsm[2] - rext[1] * rsm[1]
+                            c[2] += 1
+                            if c[2] == rext[2]:
+                                c[2] = 0
+                                pos += rsm[3] - rext[2] * rsm[2]
+        out_len = int(np.prod([e[k] for k in range(nt) if (p.out_run_mask >> k) & 1]))
+        rows_ext = [e[p.out_rows[j]] if j < p.n_rows else 1 for j in range(3)]
+        rows_sm = [p.sm[p.out_rows[j]] if j < p.n_rows else 0 for j in range(3)]
+        rows_out = [p.out_stride[p.out_rows[j]] if j < p.n_rows else 0 for j in range(3)]
+        out_bytes = out_len * es
+        out_words = (m + out_bytes + 15) // 16
+        for item in range(int(np.prod(rows_ext)) * out_words):
+            j, w = divmod(item, out_words)
+            off, row = out_base, 0
+            for d in range(3):
+                j, c = divmod(j, rows_ext[d])
+                off += c * rows_out[d]
+                row += c * rows_sm[d]
+            val = shared[row * es + 16 * w : row * es + 16 * w + 16]
+            dst = out_addr + off * es - m + 16 * w
+            first = 16 * w - m
+            for s in range(16):
+                if 0 <= first + s < out_bytes:
+                    memory[dst + s] = val[s]
+
+
+def _replay_case(shape, dims, es, budget, in_shift=0, out_shift=0, view=None):
+    """Lay x (a seeded, nonzero tensor, or ``view`` of it) and a poisoned output in a byte array at the
+    given offsets from 16-byte boundaries, replay every block, and compare with torch's permute."""
+    gen = torch.Generator().manual_seed(sum(shape) + es)
+    base = torch.randint(1, 255, (int(np.prod(shape)) * es,), generator=gen, dtype=torch.uint8)
+    x = base.view(DTYPES[es]).view(shape)
+    if view is not None:
+        x = view(x)
+    p = plan.plan_permute(tuple(x.shape), tuple(x.stride()), tuple(dims), es)
+    go = staged.staged_launch(p, es, budget)
+    assert go is not None, (shape, dims, es, budget)
+    params = cuda_permute.staged_params(p, go)
+    in_addr = 4096 + in_shift
+    out_addr = -(-(in_addr + base.numel()) // 16) * 16 + 4096 + out_shift
+    memory = np.full(out_addr + base.numel() + 4096, 0xA5, np.uint8)
+    x_bytes = base.numpy()
+    memory[in_addr : in_addr + x_bytes.size] = x_bytes
+    x_offset = x.storage_offset() * es
+    span = ((in_addr // 16) * 16, -(-(in_addr + x_bytes.size) // 16) * 16)
+    replay(memory, in_addr + x_offset, out_addr, params, go.blocks, es, span)
+    want = x.permute(dims).contiguous().view(torch.uint8).reshape(-1).numpy()
+    got = memory[out_addr : out_addr + want.size]
+    assert np.array_equal(got, want), (shape, dims, es, budget)
+    assert (memory[out_addr - 2048 : out_addr] == 0xA5).all() and (memory[out_addr + want.size :] == 0xA5).all()
+    return go
+
+
+@pytest.mark.parametrize("in_shift,out_shift", [(0, 0), (6, 2), (2, 10)])
+def test_replay_bf16_short_input_run(in_shift, out_shift):
+    # the suite case's pattern at a tenth of its size: a 3-element input run, output runs over 3 dims
+    go = _replay_case((2, 3, 8, 6, 4, 3), (0, 4, 1, 3, 5, 2), 2, 4096, in_shift, out_shift)
+    assert go.chunk == -1 and len(go.out_rows) == 1
+
+
+@pytest.mark.parametrize("budget", [1500, 2048])
+def test_replay_int8_chunked_input_run_with_a_partial_chunk(budget):
+    # both runs off 16-byte boundaries; the 91-byte input run cut in chunks, the last one partial
+    go = _replay_case((6, 2, 3, 5, 7, 13), (2, 1, 4, 5, 3, 0), 1, budget, in_shift=3, out_shift=5)
+    assert go.chunk >= 0 and go.in_run == 1 and 91 % go.extents[go.chunk] != 0
+
+
+@pytest.mark.parametrize("es", [1, 2, 4, 8])
+def test_replay_every_element_size(es):
+    _replay_case((8, 8, 2, 6), (3, 1, 2, 0), es, 2048, in_shift=es % 16, out_shift=(3 * es) % 16)
+
+
+@pytest.mark.parametrize("dims", [(0, 3, 1, 2), (1, 3, 0, 2)])
+def test_replay_strided_view(dims):
+    # a sliced input: the storage offset and the padded strides go through the box decode
+    _replay_case((4, 9, 10, 24), dims, 2, 2048, in_shift=4, view=lambda t: t[1:, :, 1:9, 4:])
+
+
+def test_replay_random_sweep():
+    rng = random.Random(11)
+    done = 0
+    for _ in range(400):
+        if done == 12:
+            break
+        rank = rng.randint(3, 5)
+        shape = tuple(rng.randint(2, 9) for _ in range(rank))
+        dims = tuple(rng.sample(range(rank), rank))
+        es = rng.choice((1, 2, 4))
+        p = _plan(shape, dims, es)
+        budget = rng.choice((512, 1024, 4096))
+        if p.kind != "tiles" or staged.staged_launch(p, es, budget) is None:
+            continue
+        _replay_case(shape, dims, es, budget, rng.randrange(0, 16, es), rng.randrange(0, 16, es))
+        done += 1
+    assert done == 12
+
+
+def test_replay_catches_a_wrong_shared_stride():
+    # the replay is a real check: a box whose shared strides are off by one row element fails it
+    p = _plan((2, 3, 8, 6, 4, 3), (0, 4, 1, 3, 5, 2), 2)
+    go = staged.staged_launch(p, 2, 4096)
+    params = cuda_permute.staged_params(p, go)
+    params.sm[0] += 1
+    memory = np.zeros(1 << 16, np.uint8)
+    memory[: 3456 * 2] = np.arange(3456 * 2) % 251 + 1
+    replay(memory, 0, 32768, params, go.blocks, 2, (0, 1 << 16))
+    want = torch.from_numpy(memory[: 3456 * 2].copy()).view(torch.bfloat16).view(2, 3, 8, 6, 4, 3)
+    want = want.permute(0, 4, 1, 3, 5, 2).contiguous().view(torch.uint8).reshape(-1).numpy()
+    assert not np.array_equal(memory[32768 : 32768 + want.size], want)
+
+
+# ----------------------------------------------------------------------------------------------------
+# GPU
+# ----------------------------------------------------------------------------------------------------
+
+gpu = pytest.mark.gpu
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+def _nonzero(shape, dtype, seed=0):
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    n = int(np.prod(shape)) * torch.empty((), dtype=dtype).element_size()
+    return torch.randint(1, 255, (n,), device="cuda", dtype=torch.uint8, generator=gen).view(dtype).view(shape)
+
+
+def _exact(got, want):
+    return torch.equal(got.contiguous().view(torch.uint8), want.contiguous().view(torch.uint8))
+
+
+@gpu
+@needs_cuda
+@pytest.mark.parametrize(
+    "dtype,shape,dims",
+    [
+        (torch.bfloat16, (32, 48, 47, 18, 10, 3), (0, 4, 1, 3, 5, 2)),
+        (torch.int8, (42, 9, 11, 29, 38, 29), (2, 1, 4, 5, 3, 0)),
+        (torch.int8, (6, 2, 3, 5, 7, 37), (2, 1, 4, 5, 3, 0)),
+        (torch.float32, (5, 6, 7, 8), (3, 1, 0, 2)),
+        (torch.float64, (9, 6, 17, 8), (3, 1, 0, 2)),
+    ],
+)
+def test_gpu_staged_exact(dtype, shape, dims, monkeypatch):
+    calls = []
+    real = cuda_permute.nvrtc.launch
+    monkeypatch.setattr(cuda_permute.nvrtc, "launch", lambda *a, **k: calls.append(a) or real(*a, **k))
+    monkeypatch.setattr(tuning, "STAGED_ALL", True)
+    cuda_permute.staged_params_of.cache_clear()
+    try:
+        x = _nonzero(shape, dtype)
+        p = plan.plan_permute(tuple(x.shape), tuple(x.stride()), dims, x.element_size())
+        assert tuning.staged_rule(p, x.element_size()) is not None
+        out = torch.full_like(x.permute(dims).contiguous().view(torch.uint8), 0x5A).view(dtype)
+        out = out.view(x.permute(dims).shape)
+        tileflip.permute(x, dims, out)
+        torch.cuda.synchronize()
+        assert calls, "the staged kernel was not launched"
+        assert _exact(out, x.permute(dims))
+    finally:
+        cuda_permute.staged_params_of.cache_clear()
+
+
+@gpu
+@needs_cuda
+@pytest.mark.parametrize("offset", [1, 3, 8, 13])
+def test_gpu_staged_output_offsets_and_nothing_around(offset):
+    dims = (2, 1, 4, 5, 3, 0)
+    x = _nonzero((6, 4, 5, 7, 9, 37), torch.int8, seed=offset)
+    n = x.numel()
+    buf = torch.full((n + 64,), 0x33, device="cuda", dtype=torch.int8)
+    out = buf[offset : offset + n].view(x.permute(dims).shape)
+    p = plan.plan_permute(tuple(x.shape), tuple(x.stride()), dims, 1)
+    assert tuning.staged_rule(p, 1) is not None
+    tileflip.permute(x, dims, out)
+    assert _exact(out, x.permute(dims))
+    assert (buf[:offset] == 0x33).all() and (buf[offset + n :] == 0x33).all()
+
+
+@gpu
+@needs_cuda
+def test_gpu_staged_misaligned_and_strided_input():
+    dims = (0, 4, 1, 3, 5, 2)
+    base = _nonzero((4, 6, 47, 18, 10, 4), torch.bfloat16, seed=5)
+    x = base[..., 1:]  # the input run starts 2 bytes past a boundary
+    p = plan.plan_permute(tuple(x.shape), tuple(x.stride()), dims, 2)
+    assert tuning.staged_rule(p, 2) is not None
+    out = torch.empty(x.permute(dims).shape, dtype=x.dtype, device="cuda").view(torch.int16).fill_(-7)
+    out = out.view(torch.bfloat16)
+    tileflip.permute(x, dims, out)
+    assert _exact(out, x.permute(dims))
+
+
+@gpu
+@needs_cuda
+def test_gpu_staged_side_stream_and_triton_backend():
+    dims = (0, 4, 1, 3, 5, 2)
+    x = _nonzero((8, 12, 47, 18, 10, 3), torch.bfloat16, seed=2)
+    want = x.permute(dims).contiguous()
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        got = tileflip.permute(x, dims)
+    s.synchronize()
+    assert _exact(got, want)
+    assert _exact(tileflip.permute(x, dims, backend="triton"), want)
+
+
+def test_params_struct_matches_the_cu_file():
+    # the .cu file's Params, field for field: names, order, array lengths and types (26 int64, 24 int32)
+    text = cuda_permute.STAGED_CU_FILE.read_text()
+    start = text.index("struct Params {")
+    body = re.sub(r"//[^\n]*", "", text[start : text.index("};", start)])
+    declared = []
+    for kind, names in re.findall(r"\b(tf_i64|int)\s+([^;]+);", body):
+        for name in names.split(","):
+            match = re.fullmatch(r"\s*(\w+)(?:\[(\d+)\])?\s*", name)
+            declared.append((match[1], kind, int(match[2] or 1)))
+    fields = []
+    for name, ctype in cuda_permute._StagedParams._fields_:
+        length = getattr(ctype, "_length_", 1)
+        base = getattr(ctype, "_type_", ctype)
+        fields.append((name, "tf_i64" if base is ctypes.c_int64 else "int", length))
+    assert fields == declared
+    assert ctypes.sizeof(cuda_permute._StagedParams) == 26 * 8 + 24 * 4
