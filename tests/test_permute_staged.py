@@ -82,90 +82,97 @@ def test_rule_takes_the_two_short_run_cases_and_leaves_wide_vectors():
 # ----------------------------------------------------------------------------------------------------
 
 
+def _divide(n: int, magic: int, shift: int) -> int:
+    """The kernel's division: a multiply-high by the host's magic number (shift -1: by 1)."""
+    assert 0 <= n < 2**31
+    return n if shift < 0 else (n * magic >> 32) >> shift
+
+
 def replay(memory: np.ndarray, in_addr: int, out_addr: int, params, blocks: int, es: int, x_span) -> None:
     p = params
-    nt = p.nt
     for block in range(blocks):
         bid, ck = block, 0
-        if p.chunk >= 0:
-            ck, bid = bid % p.chunks, bid // p.chunks
+        if p.chunks > 1:
+            q = _divide(bid, p.chunk_magic, p.chunk_shift)
+            ck, bid = bid - q * p.chunks, q
         in_base = out_base = 0
-        for d in range(p.nn):
-            s = p.n_size[d]
-            q = bid // s if d < p.nn - 1 else 0
-            r = bid - q * s
-            in_base += r * p.n_in[d]
-            out_base += r * p.n_out[d]
-            bid = q
-        e = [p.ext[k] if k < nt else 1 for k in range(4)]
-        if p.chunk >= 0:
-            k = p.chunk
-            e[k] = min(p.ext[k], p.size[k] - ck * p.ext[k])
-            in_base += ck * p.ext[k] * p.in_stride[k]
-            out_base += ck * p.ext[k] * p.out_stride[k]
+        for d in range(6):
+            if d < p.nn:
+                q = _divide(bid, p.n_magic[d], p.n_shift[d])
+                r = bid - q * p.n_size[d]
+                in_base += r * p.n_in[d]
+                out_base += r * p.n_out[d]
+                bid = q
+        cut_e = min(p.cut_ext, p.cut_size - ck * p.cut_ext)
+        in_base += ck * p.cut_ext * p.cut_in
+        out_base += ck * p.cut_ext * p.cut_out
+        run_len = p.run_len // p.cut_ext * cut_e if p.cut_run else p.run_len
+        out_len = p.out_len // p.cut_ext * cut_e if p.cut_out_run else p.out_len
         m = (out_addr + out_base * es) & 15
-        rext = [e[k] if k < p.in_run else 1 for k in range(4)]
-        rsm = [p.sm[k] if k < p.in_run else 0 for k in range(4)]
-        run_len = int(np.prod(rext))
-        runs = int(np.prod([e[k] for k in range(p.in_run, nt)]))
         run_bytes = run_len * es
-        words = (run_bytes + 15) // 16 + 1
         shared = np.full(p.pitch * 4096, 0xEE, np.uint8)
-        for item in range(runs * words):
-            r, w = divmod(item, words)
-            off, so = in_base, 0
-            for k in range(p.in_run, nt):
-                r, c = divmod(r, e[k])
-                off += c * p.in_stride[k]
-                so += c * p.sm[k]
+        for item in range(p.runs * p.words):
+            r = _divide(item, p.words_magic, p.words_shift)
+            w = item - r * p.words
+            off, so, live = in_base, 0, True
+            for k in range(3):
+                q = _divide(r, p.load_magic[k], p.load_shift[k])
+                c = r - q * p.load_ext[k]
+                live = live and not (k == p.cut_load and c >= cut_e)
+                off += c * p.load_in[k]
+                so += c * p.load_sm[k]
+                r = q
             g = in_addr + off * es
             mis = g & 15
             start = 16 * w - mis
             a, b = max(start, 0), min(start + 16, run_bytes)
-            if a >= b:
+            if not live or a >= b:
                 continue
             word_at = g - mis + 16 * w
             assert x_span[0] <= word_at and word_at + 16 <= x_span[1], "a word read outside x's 16-byte span"
             word = memory[word_at : word_at + 16]
-            i = a // es
-            c = []
-            for k in range(3):
-                i, ck_ = divmod(i, rext[k])
-                c.append(ck_)
-            c.append(i)
-            pos = so + sum(ci * si for ci, si in zip(c, rsm))
+            i, c, pos = a // es, [], so
+            for k in range(4):
+                q = _divide(i, p.run_magic[k], p.run_shift[k])
+                c.append(i - q * p.run_ext[k])
+                pos += c[k] * p.run_sm[k]
+                i = q
+            ext, rsm = p.run_ext, p.run_sm
             for s in range(16 // es):
                 if a - start <= s * es < b - start:
                     shared[pos * es + m : pos * es + m + es] = word[s * es : s * es + es]
                     pos += rsm[0]
                     c[0] += 1
-                    if c[0] == rext[0]:
+                    if c[0] == ext[0]:
                         c[0] = 0
-                        pos += rsm[1] - rext[0] * rsm[0]
+                        pos += rsm[1] - ext[0] * rsm[0]
                         c[1] += 1
-                        if c[1] == rext[1]:
+                        if c[1] == ext[1]:
                             c[1] = 0
-                            pos += rsm[2] - rext[1] * rsm[1]
+                            pos += rsm[2] - ext[1] * rsm[1]
                             c[2] += 1
-                            if c[2] == rext[2]:
+                            if c[2] == ext[2]:
                                 c[2] = 0
-                                pos += rsm[3] - rext[2] * rsm[2]
-        out_len = int(np.prod([e[k] for k in range(nt) if (p.out_run_mask >> k) & 1]))
-        rows_ext = [e[p.out_rows[j]] if j < p.n_rows else 1 for j in range(3)]
-        rows_sm = [p.sm[p.out_rows[j]] if j < p.n_rows else 0 for j in range(3)]
-        rows_out = [p.out_stride[p.out_rows[j]] if j < p.n_rows else 0 for j in range(3)]
+                                pos += rsm[3] - ext[2] * rsm[2]
         out_bytes = out_len * es
-        out_words = (m + out_bytes + 15) // 16
-        for item in range(int(np.prod(rows_ext)) * out_words):
-            j, w = divmod(item, out_words)
-            off, row = out_base, 0
-            for d in range(3):
-                j, c = divmod(j, rows_ext[d])
-                off += c * rows_out[d]
-                row += c * rows_sm[d]
+        for item in range(p.rows * p.owords):
+            j = _divide(item, p.owords_magic, p.owords_shift)
+            w = item - j * p.owords
+            first = 16 * w - m
+            if first >= out_bytes:
+                continue
+            off, row, live = out_base, 0, True
+            for k in range(3):
+                q = _divide(j, p.row_magic[k], p.row_shift[k])
+                c = j - q * p.row_ext[k]
+                live = live and not (k == p.cut_row and c >= cut_e)
+                off += c * p.row_out[k]
+                row += c * p.row_sm[k]
+                j = q
+            if not live:
+                continue
             val = shared[row * es + 16 * w : row * es + 16 * w + 16]
             dst = out_addr + off * es - m + 16 * w
-            first = 16 * w - m
             for s in range(16):
                 if 0 <= first + s < out_bytes:
                     memory[dst + s] = val[s]
@@ -247,7 +254,7 @@ def test_replay_catches_a_wrong_shared_stride():
     p = _plan((2, 3, 8, 6, 4, 3), (0, 4, 1, 3, 5, 2), 2)
     go = staged.staged_launch(p, 2, 4096)
     params = cuda_permute.staged_params(p, go)
-    params.sm[0] += 1
+    params.run_sm[0] += 1
     memory = np.zeros(1 << 16, np.uint8)
     memory[: 3456 * 2] = np.arange(3456 * 2) % 251 + 1
     replay(memory, 0, 32768, params, go.blocks, 2, (0, 1 << 16))
@@ -325,13 +332,12 @@ def test_gpu_staged_output_offsets_and_nothing_around(offset):
 @gpu
 @needs_cuda
 def test_gpu_staged_misaligned_and_strided_input():
-    dims = (0, 4, 1, 3, 5, 2)
-    base = _nonzero((4, 6, 47, 18, 10, 4), torch.bfloat16, seed=5)
-    x = base[..., 1:]  # the input run starts 2 bytes past a boundary
-    p = plan.plan_permute(tuple(x.shape), tuple(x.stride()), dims, 2)
-    assert tuning.staged_rule(p, 2) is not None
-    out = torch.empty(x.permute(dims).shape, dtype=x.dtype, device="cuda").view(torch.int16).fill_(-7)
-    out = out.view(torch.bfloat16)
+    dims = (2, 1, 4, 5, 3, 0)
+    base = _nonzero((6, 4, 5, 7, 9, 38), torch.int8, seed=5)
+    x = base[..., 1:]  # 37-byte input runs 38 bytes apart, the first one byte past a boundary
+    p = plan.plan_permute(tuple(x.shape), tuple(x.stride()), dims, 1)
+    assert tuning.staged_rule(p, 1) is not None
+    out = torch.full(x.permute(dims).shape, -7, dtype=x.dtype, device="cuda")
     tileflip.permute(x, dims, out)
     assert _exact(out, x.permute(dims))
 
@@ -351,19 +357,20 @@ def test_gpu_staged_side_stream_and_triton_backend():
 
 
 def test_params_struct_matches_the_cu_file():
-    # the .cu file's Params, field for field: names, order, array lengths and types (26 int64, 24 int32)
+    # the .cu file's Params, field for field: names, order, array lengths and types
     text = cuda_permute.STAGED_CU_FILE.read_text()
     start = text.index("struct Params {")
     body = re.sub(r"//[^\n]*", "", text[start : text.index("};", start)])
     declared = []
-    for kind, names in re.findall(r"\b(tf_i64|int)\s+([^;]+);", body):
+    for kind, names in re.findall(r"\b(tf_i64|int|unsigned)\s+([^;]+);", body):
         for name in names.split(","):
             match = re.fullmatch(r"\s*(\w+)(?:\[(\d+)\])?\s*", name)
             declared.append((match[1], kind, int(match[2] or 1)))
     fields = []
     for name, ctype in cuda_permute._StagedParams._fields_:
         length = getattr(ctype, "_length_", 1)
-        base = getattr(ctype, "_type_", ctype)
-        fields.append((name, "tf_i64" if base is ctypes.c_int64 else "int", length))
+        base = ctype._type_ if hasattr(ctype, "_length_") else ctype
+        kind = {ctypes.c_int64: "tf_i64", ctypes.c_int32: "int", ctypes.c_uint32: "unsigned"}[base]
+        fields.append((name, kind, length))
     assert fields == declared
-    assert ctypes.sizeof(cuda_permute._StagedParams) == 26 * 8 + 24 * 4
+    assert ctypes.sizeof(cuda_permute._StagedParams) % 8 == 0

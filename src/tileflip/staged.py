@@ -46,7 +46,7 @@ class StagedLaunch:
     layout (output order, one row of ``pitch`` bytes per output run); ``outer``: the dimensions outside
     the box (the grid's decode, fastest first); ``blocks``: chunks times the outer dimensions' product;
     ``smem``: shared memory per block in bytes; ``runs``: (input, output) run lengths in bytes on full
-    blocks."""
+    blocks; ``element_size``: bytes an element."""
 
     dims: tuple
     extents: tuple
@@ -61,6 +61,7 @@ class StagedLaunch:
     blocks: int
     smem: int
     runs: tuple
+    element_size: int
 
 
 def _product(values) -> int:
@@ -142,7 +143,7 @@ def _candidate(sizes, in_strides, es, box, chunk_dim, chunk_ext):
         chunk=index[chunk_dim] if chunk_dim is not None else -1, chunks=chunks, in_run=len(in_run),
         out_run=tuple(index[d] for d in out_run), out_rows=tuple(index[d] for d in rows),
         smem_strides=tuple(smem_strides[d] for d in dims), pitch=pitch, outer=tuple(outer), blocks=blocks,
-        smem=smem, runs=(run_in, run_out),
+        smem=smem, runs=(run_in, run_out), element_size=es,
     )  # fmt: skip
 
 

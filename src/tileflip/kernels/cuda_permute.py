@@ -22,7 +22,7 @@ from tileflip import tuning
 from tileflip.kernels import nvrtc
 from tileflip.kernels.cuda_transpose import _arch
 from tileflip.kernels.triton_common import current_stream
-from tileflip.plan import contiguous_strides
+from tileflip.plan import contiguous_strides, magic_divisor
 
 CU_FILE = Path(__file__).with_name("cuda") / "permute_realign.cu"
 KERNEL = "permute_realign_u8"
@@ -48,12 +48,22 @@ class _StagedParams(ctypes.Structure):
     """The staged kernel's ``Params`` (permute_staged.cu), field for field."""
 
     _fields_ = [
-        ("in_stride", ctypes.c_int64 * 4), ("out_stride", ctypes.c_int64 * 4),
-        ("n_size", ctypes.c_int64 * 6), ("n_in", ctypes.c_int64 * 6), ("n_out", ctypes.c_int64 * 6),
-        ("ext", ctypes.c_int32 * 4), ("size", ctypes.c_int32 * 4), ("sm", ctypes.c_int32 * 4),
-        ("out_rows", ctypes.c_int32 * 4), ("nt", ctypes.c_int32), ("in_run", ctypes.c_int32),
-        ("out_run_mask", ctypes.c_int32), ("n_rows", ctypes.c_int32),
-        ("chunk", ctypes.c_int32), ("chunks", ctypes.c_int32), ("pitch", ctypes.c_int32), ("nn", ctypes.c_int32),
+        ("n_in", ctypes.c_int64 * 6), ("n_out", ctypes.c_int64 * 6), ("cut_in", ctypes.c_int64),
+        ("cut_out", ctypes.c_int64), ("load_in", ctypes.c_int64 * 3), ("row_out", ctypes.c_int64 * 3),
+        ("n_size", ctypes.c_int32 * 6), ("n_magic", ctypes.c_uint32 * 6), ("n_shift", ctypes.c_int32 * 6),
+        ("run_ext", ctypes.c_int32 * 4), ("run_sm", ctypes.c_int32 * 4), ("run_magic", ctypes.c_uint32 * 4),
+        ("run_shift", ctypes.c_int32 * 4),
+        ("load_ext", ctypes.c_int32 * 3), ("load_sm", ctypes.c_int32 * 3), ("load_magic", ctypes.c_uint32 * 3),
+        ("load_shift", ctypes.c_int32 * 3),
+        ("row_ext", ctypes.c_int32 * 3), ("row_sm", ctypes.c_int32 * 3), ("row_magic", ctypes.c_uint32 * 3),
+        ("row_shift", ctypes.c_int32 * 3),
+        ("nn", ctypes.c_int32), ("chunks", ctypes.c_int32), ("cut_ext", ctypes.c_int32), ("cut_size", ctypes.c_int32),
+        ("chunk_magic", ctypes.c_uint32), ("chunk_shift", ctypes.c_int32),
+        ("cut_load", ctypes.c_int32), ("cut_row", ctypes.c_int32), ("cut_run", ctypes.c_int32),
+        ("cut_out_run", ctypes.c_int32), ("run_len", ctypes.c_int32), ("out_len", ctypes.c_int32),
+        ("words", ctypes.c_int32), ("owords", ctypes.c_int32), ("words_magic", ctypes.c_uint32),
+        ("owords_magic", ctypes.c_uint32), ("words_shift", ctypes.c_int32), ("owords_shift", ctypes.c_int32),
+        ("runs", ctypes.c_int32), ("rows", ctypes.c_int32), ("pitch", ctypes.c_int32), ("pad", ctypes.c_int32),
     ]  # fmt: skip
 
 
@@ -100,19 +110,52 @@ def staged_params_of(plan, element_size: int) -> tuple[_StagedParams, int, int] 
     return None if go is None else (staged_params(plan, go), go.blocks, go.smem)
 
 
+def _divisor(d: int) -> tuple[int, int]:
+    """(magic, shift) of a division by ``d`` in the staged kernel (``plan.magic_divisor``; shift -1 for 1)."""
+    if d == 1:
+        return 0, -1
+    magic, shift = magic_divisor(d)
+    return magic & 0xFFFFFFFF, shift
+
+
+def _decode(extents, n):
+    """(extents, magics, shifts) of a decode over ``extents``, padded to ``n`` dimensions of extent 1."""
+    extents = tuple(extents) + (1,) * (n - len(extents))
+    pairs = [_divisor(e) for e in extents]
+    return extents, tuple(m for m, _ in pairs), tuple(s for _, s in pairs)
+
+
 def staged_params(plan, go) -> _StagedParams:
     """The staged kernel's Params for ``plan`` moved in boxes ``go`` (a ``tileflip.staged.StagedLaunch``)."""
     sizes, in_strides, out_strides = plan.sizes, plan.in_strides, contiguous_strides(plan.sizes)
-    mask = 0
-    for k in go.out_run:
-        mask |= 1 << k
+    ext, dims, k_run = go.extents, go.dims, go.in_run
+    load = list(range(k_run, len(dims)))
+    run_ext, run_magic, run_shift = _decode(ext[:k_run], 4)
+    load_ext, load_magic, load_shift = _decode([ext[k] for k in load], 3)
+    row_ext, row_magic, row_shift = _decode([ext[k] for k in go.out_rows], 3)
+    outer = [sizes[d] for d in go.outer]
+    n_ext, n_magic, n_shift = _decode(outer, 6)
+    cut = go.chunk
+    run_len = tuning._product(ext[:k_run])
+    out_len = tuning._product(ext[k] for k in go.out_run)
+    es = go.element_size
+    words = (run_len * es + 15) // 16 + 1
+    owords = (15 + out_len * es + 15) // 16
+    chunk_magic, chunk_shift = _divisor(go.chunks)
     return _StagedParams(
-        _padded([in_strides[d] for d in go.dims], 4), _padded([out_strides[d] for d in go.dims], 4),
-        _padded([sizes[d] for d in go.outer], 6), _padded([in_strides[d] for d in go.outer], 6),
-        _padded([out_strides[d] for d in go.outer], 6),
-        _padded(go.extents, 4), _padded([sizes[d] for d in go.dims], 4), _padded(go.smem_strides, 4),
-        _padded(go.out_rows, 4), len(go.dims), go.in_run, mask, len(go.out_rows),
-        go.chunk, go.chunks, go.pitch, len(go.outer),
+        _padded([in_strides[d] for d in go.outer], 6), _padded([out_strides[d] for d in go.outer], 6),
+        in_strides[dims[cut]] if cut >= 0 else 0, out_strides[dims[cut]] if cut >= 0 else 0,
+        _padded([in_strides[dims[k]] for k in load], 3), _padded([out_strides[dims[k]] for k in go.out_rows], 3),
+        n_ext, n_magic, n_shift,
+        run_ext, _padded(go.smem_strides[:k_run], 4), run_magic, run_shift,
+        load_ext, _padded([go.smem_strides[k] for k in load], 3), load_magic, load_shift,
+        row_ext, _padded([go.smem_strides[k] for k in go.out_rows], 3), row_magic, row_shift,
+        len(outer), go.chunks, ext[cut] if cut >= 0 else 1, sizes[dims[cut]] if cut >= 0 else 1,
+        chunk_magic, chunk_shift,
+        load.index(cut) if cut in load else -1, go.out_rows.index(cut) if cut in go.out_rows else -1,
+        int(cut >= 0 and cut == k_run - 1), int(cut >= 0 and cut in go.out_run), run_len, out_len,
+        words, owords, _divisor(words)[0], _divisor(owords)[0], _divisor(words)[1], _divisor(owords)[1],
+        tuning._product(load_ext), tuning._product(row_ext), go.pitch, 0,
     )  # fmt: skip
 
 

@@ -32,22 +32,41 @@ namespace tileflip_staged {
 constexpr int THREADS = 256;
 constexpr int U = 4;  // words a thread loads before storing them
 
-struct Params {
-    tf_i64 in_stride[4];   // box dimensions, input-fastest first: input strides (elements)
-    tf_i64 out_stride[4];  // output strides
-    tf_i64 n_size[6], n_in[6], n_out[6];  // dimensions outside the box, output-fastest first
-    int ext[4];            // extent in a block (the chunk length for the cut dimension)
-    int size[4];           // the tensor's size
-    int sm[4];             // stride in the shared layout (elements)
-    int out_rows[4];       // box indices of the output row dimensions, fastest first
-    int nt, in_run, out_run_mask, n_rows;
-    int chunk, chunks, pitch, nn;
-};
-
-// ext[k] for a runtime k without indexing a register array (which would put it in local memory).
-__device__ __forceinline__ int pick(const int (&v)[4], int k) {
-    return k == 0 ? v[0] : k == 1 ? v[1] : k == 2 ? v[2] : v[3];
+// Every division here is by a size the host knows: n / d = umulhi(n, magic) >> shift for n < 2**31
+// (tileflip.plan.magic_divisor); shift < 0 stands for d = 1.
+__device__ __forceinline__ unsigned divide(unsigned n, unsigned magic, int shift) {
+    return shift < 0 ? n : __umulhi(n, magic) >> shift;
 }
+
+struct Params {
+    tf_i64 n_in[6], n_out[6];    // dimensions outside the box, output-fastest first: strides (elements)
+    tf_i64 cut_in, cut_out;      // the cut dimension's strides
+    tf_i64 load_in[3];           // the dimensions that enumerate a box's input runs: input strides
+    tf_i64 row_out[3];           // the dimensions that enumerate its output rows: output strides
+    int n_size[6];
+    unsigned n_magic[6];
+    int n_shift[6];
+    int run_ext[4], run_sm[4];   // the input run's dimensions, fastest first: extents, shared strides
+    unsigned run_magic[4];
+    int run_shift[4];
+    int load_ext[3], load_sm[3];
+    unsigned load_magic[3];
+    int load_shift[3];
+    int row_ext[3], row_sm[3];
+    unsigned row_magic[3];
+    int row_shift[3];
+    int nn, chunks, cut_ext, cut_size;   // outer dimensions; chunks of the cut dimension (1: none)
+    unsigned chunk_magic;
+    int chunk_shift;
+    int cut_load, cut_row;       // the cut dimension's place among the load / row dimensions, or -1
+    int cut_run, cut_out_run;    // 1 where it is the input run's / the output run's last dimension
+    int run_len, out_len;        // elements of an input run / an output run, in a whole box
+    int words, owords;           // 16-byte words of an input run's window / of an output row, at most
+    unsigned words_magic, owords_magic;
+    int words_shift, owords_shift;
+    int runs, rows;              // input runs / output rows of a whole box
+    int pitch, pad;
+};
 
 template <int ES>
 __device__ __forceinline__ void put(tf_u8* dst, const uint4& v, int s) {
@@ -71,50 +90,37 @@ __device__ __forceinline__ void permute_staged(const tf_u8* __restrict__ in, tf_
     tf_u8* const sm = reinterpret_cast<tf_u8*>(shared_words);
     const int tid = threadIdx.x;
 
-    // The block's chunk and outer offsets.
-    tf_i64 bid = blockIdx.x;
+    // The block's chunk of the cut dimension (the fastest part of blockIdx.x) and outer offsets.
+    unsigned bid = blockIdx.x;
     int ck = 0;
-    if (p.chunk >= 0) {
-        ck = static_cast<int>(bid % p.chunks);
-        bid /= p.chunks;
-    }
-    tf_i64 in_base = 0, out_base = 0;
-    for (int d = 0; d < p.nn; ++d) {
-        const tf_i64 s = p.n_size[d];
-        const tf_i64 q = d < p.nn - 1 ? bid / s : 0;
-        const tf_i64 r = bid - q * s;
-        in_base += r * p.n_in[d];
-        out_base += r * p.n_out[d];
+    if (p.chunks > 1) {
+        const unsigned q = divide(bid, p.chunk_magic, p.chunk_shift);
+        ck = static_cast<int>(bid - q * p.chunks);
         bid = q;
     }
-    int e[4];
+    tf_i64 in_base = 0, out_base = 0;
 #pragma unroll
-    for (int k = 0; k < 4; ++k) {
-        e[k] = k < p.nt ? p.ext[k] : 1;
-        if (k == p.chunk) {
-            const int left = p.size[k] - ck * p.ext[k];
-            e[k] = left < p.ext[k] ? left : p.ext[k];
-            in_base += static_cast<tf_i64>(ck) * p.ext[k] * p.in_stride[k];
-            out_base += static_cast<tf_i64>(ck) * p.ext[k] * p.out_stride[k];
+    for (int d = 0; d < 6; ++d) {
+        if (d < p.nn) {
+            const unsigned q = divide(bid, p.n_magic[d], p.n_shift[d]);
+            const unsigned r = bid - q * static_cast<unsigned>(p.n_size[d]);
+            in_base += r * p.n_in[d];
+            out_base += r * p.n_out[d];
+            bid = q;
         }
     }
+    const int left = p.cut_size - ck * p.cut_ext;
+    const int cut_e = left < p.cut_ext ? left : p.cut_ext;  // the cut dimension's extent in this block
+    in_base += static_cast<tf_i64>(ck) * p.cut_ext * p.cut_in;
+    out_base += static_cast<tf_i64>(ck) * p.cut_ext * p.cut_out;
+    const int run_len = p.cut_run ? p.run_len / p.cut_ext * cut_e : p.run_len;
+    const int out_len = p.cut_out_run ? p.out_len / p.cut_ext * cut_e : p.out_len;
     const int m = static_cast<int>((reinterpret_cast<tf_u64>(out) + static_cast<tf_u64>(out_base) * ES) & 15);
 
-    // The input run's odometer (levels past in_run have extent 1) and the runs' count.
-    int rext[4], rsm[4];
-    int run_len = 1, runs = 1;
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-        const bool in_run = k < p.in_run;
-        rext[k] = in_run ? e[k] : 1;
-        rsm[k] = in_run ? p.sm[k] : 0;
-        if (in_run) run_len *= e[k];
-        else if (k < p.nt) runs *= e[k];
-    }
+    // Load: one aligned 16-byte word of an input run's window a thread; its elements stored at their
+    // places in the output's order.
     const int run_bytes = run_len * ES;
-    const int words = (run_bytes + 15) / 16 + 1;  // words of a run's aligned window, at most
-    const int items = runs * words;
-
+    const int items = p.runs * p.words;
     for (int base = tid; base < items; base += THREADS * U) {
         uint4 v[U];
         int lo[U], hi[U], first[U], pos0[U];
@@ -124,26 +130,26 @@ __device__ __forceinline__ void permute_staged(const tf_u8* __restrict__ in, tf_
             lo[u] = 16;
             hi[u] = 0;
             if (item < items) {
-                int r = item / words;
-                const int w = item - r * words;
+                unsigned r = divide(item, p.words_magic, p.words_shift);
+                const int w = item - static_cast<int>(r) * p.words;
                 tf_i64 off = in_base;
                 int so = 0;
+                bool live = true;
 #pragma unroll
-                for (int k = 0; k < 4; ++k) {
-                    if (k >= p.in_run && k < p.nt) {
-                        const int q = r / e[k];
-                        const int c = r - q * e[k];
-                        off += c * p.in_stride[k];
-                        so += c * p.sm[k];
-                        r = q;
-                    }
+                for (int k = 0; k < 3; ++k) {
+                    const unsigned q = divide(r, p.load_magic[k], p.load_shift[k]);
+                    const int c = static_cast<int>(r - q * static_cast<unsigned>(p.load_ext[k]));
+                    live = live && !(k == p.cut_load && c >= cut_e);
+                    off += c * p.load_in[k];
+                    so += c * p.load_sm[k];
+                    r = q;
                 }
                 const tf_u8* g = in + off * ES;
                 const int mis = static_cast<int>(reinterpret_cast<tf_u64>(g) & 15);
                 const int start = 16 * w - mis;  // the word's first byte, counted from the run's start
                 const int a = start > 0 ? start : 0;
                 const int b = start + 16 < run_bytes ? start + 16 : run_bytes;
-                if (a < b) {
+                if (live && a < b) {
                     v[u] = *reinterpret_cast<const uint4*>(g - mis + 16 * w);
                     lo[u] = a - start;
                     hi[u] = b - start;
@@ -155,28 +161,30 @@ __device__ __forceinline__ void permute_staged(const tf_u8* __restrict__ in, tf_
 #pragma unroll
         for (int u = 0; u < U; ++u) {
             if (lo[u] >= hi[u]) continue;
-            int i = first[u];
-            int c0 = i % rext[0];
-            i /= rext[0];
-            int c1 = i % rext[1];
-            i /= rext[1];
-            int c2 = i % rext[2];
-            const int c3 = i / rext[2];
-            int pos = pos0[u] + c0 * rsm[0] + c1 * rsm[1] + c2 * rsm[2] + c3 * rsm[3];
+            unsigned i = first[u];
+            int c[4];
+            int pos = pos0[u];
+#pragma unroll
+            for (int k = 0; k < 4; ++k) {
+                const unsigned q = divide(i, p.run_magic[k], p.run_shift[k]);
+                c[k] = static_cast<int>(i - q * static_cast<unsigned>(p.run_ext[k]));
+                pos += c[k] * p.run_sm[k];
+                i = q;
+            }
 #pragma unroll
             for (int s = 0; s < 16 / ES; ++s) {
                 if (s * ES >= lo[u] && s * ES < hi[u]) {
                     put<ES>(sm + pos * ES + m, v[u], s);
-                    pos += rsm[0];
-                    if (++c0 == rext[0]) {
-                        c0 = 0;
-                        pos += rsm[1] - rext[0] * rsm[0];
-                        if (++c1 == rext[1]) {
-                            c1 = 0;
-                            pos += rsm[2] - rext[1] * rsm[1];
-                            if (++c2 == rext[2]) {
-                                c2 = 0;
-                                pos += rsm[3] - rext[2] * rsm[2];
+                    pos += p.run_sm[0];
+                    if (++c[0] == p.run_ext[0]) {
+                        c[0] = 0;
+                        pos += p.run_sm[1] - p.run_ext[0] * p.run_sm[0];
+                        if (++c[1] == p.run_ext[1]) {
+                            c[1] = 0;
+                            pos += p.run_sm[2] - p.run_ext[1] * p.run_sm[1];
+                            if (++c[2] == p.run_ext[2]) {
+                                c[2] = 0;
+                                pos += p.run_sm[3] - p.run_ext[2] * p.run_sm[2];
                             }
                         }
                     }
@@ -186,44 +194,29 @@ __device__ __forceinline__ void permute_staged(const tf_u8* __restrict__ in, tf_
     }
     __syncthreads();
 
-    // Store: the output runs, one aligned 16-byte word a thread.
-    int out_len = 1, rows = 1;
-    int rows_ext[3], rows_sm[3];
-    tf_i64 rows_out[3];
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-        if (k < p.nt && ((p.out_run_mask >> k) & 1)) out_len *= e[k];
-    }
-#pragma unroll
-    for (int j = 0; j < 3; ++j) {
-        const int k = p.out_rows[j];
-        const bool live = j < p.n_rows;
-        rows_ext[j] = live ? pick(e, k) : 1;
-        rows_sm[j] = live ? (k == 0 ? p.sm[0] : k == 1 ? p.sm[1] : k == 2 ? p.sm[2] : p.sm[3]) : 0;
-        rows_out[j] = live ? (k == 0 ? p.out_stride[0] : k == 1 ? p.out_stride[1] : k == 2 ? p.out_stride[2]
-                                                                                            : p.out_stride[3])
-                           : 0;
-        rows *= rows_ext[j];
-    }
+    // Store: one aligned 16-byte word of an output run a thread, from its shared row.
     const int out_bytes = out_len * ES;
-    const int out_words = (m + out_bytes + 15) / 16;
-    const int out_items = rows * out_words;
+    const int out_items = p.rows * p.owords;
     for (int item = tid; item < out_items; item += THREADS) {
-        int j = item / out_words;
-        const int w = item - j * out_words;
+        unsigned j = divide(item, p.owords_magic, p.owords_shift);
+        const int w = item - static_cast<int>(j) * p.owords;
+        const int first_byte = 16 * w - m;
+        if (first_byte >= out_bytes) continue;
         tf_i64 off = out_base;
         int row = 0;
+        bool live = true;
 #pragma unroll
-        for (int d = 0; d < 3; ++d) {
-            const int q = j / rows_ext[d];
-            const int c = j - q * rows_ext[d];
-            off += c * rows_out[d];
-            row += c * rows_sm[d];
+        for (int k = 0; k < 3; ++k) {
+            const unsigned q = divide(j, p.row_magic[k], p.row_shift[k]);
+            const int c = static_cast<int>(j - q * static_cast<unsigned>(p.row_ext[k]));
+            live = live && !(k == p.cut_row && c >= cut_e);
+            off += c * p.row_out[k];
+            row += c * p.row_sm[k];
             j = q;
         }
+        if (!live) continue;
         const uint4 val = *reinterpret_cast<const uint4*>(sm + row * ES + 16 * w);
         tf_u8* dst = out + off * ES - m + 16 * w;
-        const int first_byte = 16 * w - m;
         if (first_byte >= 0 && first_byte + 16 <= out_bytes) {
             *reinterpret_cast<uint4*>(dst) = val;
         } else {
