@@ -123,10 +123,11 @@ def check_realign_cubin(elf: bytes) -> None:
 
 def check_staged_cubin(elf: bytes) -> None:
     assert cubin_arch(elf) == ARCH
-    # one kernel per element size; the box lives in dynamic shared memory (static: at most the 1 KiB sm_90
+    # one kernel per form and element size; the box lives in dynamic shared memory (static: at most the 1 KiB sm_90
     # reserves a block, which tileflip.staged.SMEM_BYTES leaves room for)
-    assert global_functions(elf) == {f"permute_staged_{es}" for es in (1, 2, 4, 8)}
-    assert all(static_shared_bytes(elf, f"permute_staged_{es}") <= 1024 for es in (1, 2, 4, 8))
+    names = {f"permute_{form}_{es}" for form in ("staged", "gather") for es in (1, 2, 4, 8)}
+    assert global_functions(elf) == names
+    assert all(static_shared_bytes(elf, name) <= 1024 for name in names)
 
 
 def test_nvrtc_compiles_the_cuda_permutes():

@@ -27,12 +27,14 @@ def test_boxes_of_the_suite_cases_that_motivate_it():
     # writes ten runs of 5076 (whole dimensions, no chunk).
     go = staged.staged_launch(_plan((32, 48, 47, 18, 10, 3), (0, 4, 1, 3, 5, 2), 2), 2)
     assert go.runs == (50760, 5076) and go.chunk == -1 and go.blocks == 32 * 48
-    assert go.pitch == 5104 and go.smem == 10 * 5104
+    # gathered: the output's fastest dimension (47) is longer than the input's (3); one slot holds the run's
+    # aligned window, 3174 words
+    assert go.gather and go.pitch == go.smem == 3174 * 16
     # int8 (42,9,11,29,38,29) (2,1,4,5,3,0): 42 x 29 x a chunk of the 1102-long input run; the output is
     # one run of 1218 * chunk bytes.
     go = staged.staged_launch(_plan((42, 9, 11, 29, 38, 29), (2, 1, 4, 5, 3, 0), 1), 1)
     chunk = go.extents[go.chunk]
-    assert go.runs == (chunk, 1218 * chunk) and go.out_rows == ()
+    assert go.runs == (chunk, 1218 * chunk) and go.out_rows == () and not go.gather
     assert go.smem <= staged.SMEM_BYTES and go.blocks == 11 * 9 * -(-1102 // chunk)
 
 
@@ -56,8 +58,8 @@ def test_box_fits_the_shared_budget_and_keeps_runs_whole():
             assert go.smem <= budget and min(go.runs) >= staged.MIN_RUN_BYTES
             assert len(go.dims) <= staged.MAX_TILE_DIMS and len(go.outer) <= staged.MAX_OUTER_DIMS
             out_strides = plan.contiguous_strides(p.sizes)
-            # output rows step by whole 16-byte words (one shift for all of a block's rows)
-            assert all(out_strides[go.dims[k]] * es % 16 == 0 for k in go.out_rows)
+            # scattered: output rows step by whole 16-byte words (one shift for all of a block's rows)
+            assert go.gather or all(out_strides[go.dims[k]] * es % 16 == 0 for k in go.out_rows)
             # the input run is contiguous: strides 1, e0, e0 e1, ...
             step = 1
             for k in range(go.in_run):
@@ -88,94 +90,106 @@ def _divide(n: int, magic: int, shift: int) -> int:
     return n if shift < 0 else (n * magic >> 32) >> shift
 
 
-def replay(memory: np.ndarray, in_addr: int, out_addr: int, params, blocks: int, es: int, x_span) -> None:
+def _block(p, block, out_addr, es):
+    """The kernel's block_of: (in_base, out_base, cut_e, run_len, out_len, m)."""
+    bid, ck = block, 0
+    if p.chunks > 1:
+        q = _divide(bid, p.chunk_magic, p.chunk_shift)
+        ck, bid = bid - q * p.chunks, q
+    in_base = out_base = 0
+    for d in range(6):
+        if d < p.nn:
+            q = _divide(bid, p.n_magic[d], p.n_shift[d])
+            r = bid - q * p.n_size[d]
+            in_base += r * p.n_in[d]
+            out_base += r * p.n_out[d]
+            bid = q
+    cut_e = min(p.cut_ext, p.cut_size - ck * p.cut_ext)
+    in_base += ck * p.cut_ext * p.cut_in
+    out_base += ck * p.cut_ext * p.cut_out
+    run_len = p.run_len // p.cut_ext * cut_e if p.cut_run else p.run_len
+    out_len = p.out_len // p.cut_ext * cut_e if p.cut_out_run else p.out_len
+    return in_base, out_base, cut_e, run_len, out_len, (out_addr + out_base * es) & 15
+
+
+def _decode_into(index, magics, shifts, extents):
+    """Coordinates of ``index`` over a decode's dimensions (fastest first), as the kernel divides."""
+    coords = []
+    for magic, shift, ext in zip(magics, shifts, extents):
+        q = _divide(index, magic, shift)
+        coords.append(index - q * ext)
+        index = q
+    return coords
+
+
+def _run_words(memory, p, in_addr, es, in_base, cut_e, run_len, x_span):
+    """Every (load-dimension place, word index, lo, hi, word) the load phase reads."""
+    run_bytes = run_len * es
+    for item in range(p.runs * p.words):
+        r = _divide(item, p.words_magic, p.words_shift)
+        w = item - r * p.words
+        c = _decode_into(r, p.load_magic, p.load_shift, p.load_ext)
+        if p.cut_load >= 0 and c[p.cut_load] >= cut_e:
+            continue
+        off = in_base + sum(ci * si for ci, si in zip(c, p.load_in))
+        so = sum(ci * si for ci, si in zip(c, p.load_sm))
+        g = in_addr + off * es
+        mis = g & 15
+        start = 16 * w - mis
+        a, b = max(start, 0), min(start + 16, run_bytes)
+        if a >= b:
+            continue
+        word_at = g - mis + 16 * w
+        assert x_span[0] <= word_at and word_at + 16 <= x_span[1], "a word read outside x's 16-byte span"
+        yield so, w, start, a, b, memory[word_at : word_at + 16].copy()
+
+
+def replay(memory: np.ndarray, in_addr: int, out_addr: int, params, blocks: int, es: int, x_span,
+           gather: bool = False) -> None:  # fmt: skip
+    """permute_staged.cu's scatter (or gather) kernel, block by block, on a byte array for device memory."""
     p = params
     for block in range(blocks):
-        bid, ck = block, 0
-        if p.chunks > 1:
-            q = _divide(bid, p.chunk_magic, p.chunk_shift)
-            ck, bid = bid - q * p.chunks, q
-        in_base = out_base = 0
-        for d in range(6):
-            if d < p.nn:
-                q = _divide(bid, p.n_magic[d], p.n_shift[d])
-                r = bid - q * p.n_size[d]
-                in_base += r * p.n_in[d]
-                out_base += r * p.n_out[d]
-                bid = q
-        cut_e = min(p.cut_ext, p.cut_size - ck * p.cut_ext)
-        in_base += ck * p.cut_ext * p.cut_in
-        out_base += ck * p.cut_ext * p.cut_out
-        run_len = p.run_len // p.cut_ext * cut_e if p.cut_run else p.run_len
-        out_len = p.out_len // p.cut_ext * cut_e if p.cut_out_run else p.out_len
-        m = (out_addr + out_base * es) & 15
-        run_bytes = run_len * es
+        in_base, out_base, cut_e, run_len, out_len, m = _block(p, block, out_addr, es)
         shared = np.full(p.pitch * 4096, 0xEE, np.uint8)
-        for item in range(p.runs * p.words):
-            r = _divide(item, p.words_magic, p.words_shift)
-            w = item - r * p.words
-            off, so, live = in_base, 0, True
-            for k in range(3):
-                q = _divide(r, p.load_magic[k], p.load_shift[k])
-                c = r - q * p.load_ext[k]
-                live = live and not (k == p.cut_load and c >= cut_e)
-                off += c * p.load_in[k]
-                so += c * p.load_sm[k]
-                r = q
-            g = in_addr + off * es
-            mis = g & 15
-            start = 16 * w - mis
-            a, b = max(start, 0), min(start + 16, run_bytes)
-            if not live or a >= b:
-                continue
-            word_at = g - mis + 16 * w
-            assert x_span[0] <= word_at and word_at + 16 <= x_span[1], "a word read outside x's 16-byte span"
-            word = memory[word_at : word_at + 16]
-            i, c, pos = a // es, [], so
-            for k in range(4):
-                q = _divide(i, p.run_magic[k], p.run_shift[k])
-                c.append(i - q * p.run_ext[k])
-                pos += c[k] * p.run_sm[k]
-                i = q
-            ext, rsm = p.run_ext, p.run_sm
-            for s in range(16 // es):
-                if a - start <= s * es < b - start:
-                    shared[pos * es + m : pos * es + m + es] = word[s * es : s * es + es]
-                    pos += rsm[0]
-                    c[0] += 1
-                    if c[0] == ext[0]:
-                        c[0] = 0
-                        pos += rsm[1] - ext[0] * rsm[0]
-                        c[1] += 1
-                        if c[1] == ext[1]:
-                            c[1] = 0
-                            pos += rsm[2] - ext[1] * rsm[1]
-                            c[2] += 1
-                            if c[2] == ext[2]:
-                                c[2] = 0
-                                pos += rsm[3] - ext[2] * rsm[2]
+        words = _run_words(memory, p, in_addr, es, in_base, cut_e, run_len, x_span)
+        if gather:
+            for so, w, start, a, b, word in words:
+                shared[so + 16 * w : so + 16 * w + 16] = word
+        else:
+            for so, w, start, a, b, word in words:
+                i = a // es
+                c = _decode_into(i, p.run_magic, p.run_shift, p.run_ext)
+                for s in range(a - start, b - start, es):
+                    pos = so + sum(ci * si for ci, si in zip(c, p.run_sm))
+                    shared[pos * es + m : pos * es + m + es] = word[s : s + es]
+                    i += 1
+                    c = _decode_into(i, p.run_magic, p.run_shift, p.run_ext)
         out_bytes = out_len * es
         for item in range(p.rows * p.owords):
             j = _divide(item, p.owords_magic, p.owords_shift)
             w = item - j * p.owords
-            first = 16 * w - m
-            if first >= out_bytes:
+            c = _decode_into(j, p.row_magic, p.row_shift, p.row_ext)
+            if p.cut_row >= 0 and c[p.cut_row] >= cut_e:
                 continue
-            off, row, live = out_base, 0, True
-            for k in range(3):
-                q = _divide(j, p.row_magic[k], p.row_shift[k])
-                c = j - q * p.row_ext[k]
-                live = live and not (k == p.cut_row and c >= cut_e)
-                off += c * p.row_out[k]
-                row += c * p.row_sm[k]
-                j = q
-            if not live:
-                continue
-            val = shared[row * es + 16 * w : row * es + 16 * w + 16]
-            dst = out_addr + off * es - m + 16 * w
-            for s in range(16):
-                if 0 <= first + s < out_bytes:
-                    memory[dst + s] = val[s]
+            off = out_base + sum(ci * si for ci, si in zip(c, p.row_out))
+            row_m = (out_addr + off * es) & 15 if gather else m
+            first = 16 * w - row_m
+            dst = out_addr + off * es - row_m + 16 * w
+            if gather:
+                in_off = in_base + sum(ci * si for ci, si in zip(c, p.row_in))
+                place = sum(ci * si for ci, si in zip(c, p.row_sm))
+                for s in range(0, 16, es):
+                    if 0 <= first + s < out_bytes:
+                        e = _decode_into((first + s) // es, p.orun_magic, p.orun_shift, p.orun_ext)
+                        io = in_off + sum(ci * si for ci, si in zip(e, p.orun_in))
+                        at = place + sum(ci * si for ci, si in zip(e, p.orun_sm)) + ((in_addr + io * es) & 15)
+                        memory[dst + s : dst + s + es] = shared[at : at + es]
+            else:
+                row = sum(ci * si for ci, si in zip(c, p.row_sm))
+                val = shared[row * es + 16 * w : row * es + 16 * w + 16]
+                for s in range(16):
+                    if 0 <= first + s < out_bytes:
+                        memory[dst + s] = val[s]
 
 
 def _replay_case(shape, dims, es, budget, in_shift=0, out_shift=0, view=None):
@@ -197,7 +211,7 @@ def _replay_case(shape, dims, es, budget, in_shift=0, out_shift=0, view=None):
     memory[in_addr : in_addr + x_bytes.size] = x_bytes
     x_offset = x.storage_offset() * es
     span = ((in_addr // 16) * 16, -(-(in_addr + x_bytes.size) // 16) * 16)
-    replay(memory, in_addr + x_offset, out_addr, params, go.blocks, es, span)
+    replay(memory, in_addr + x_offset, out_addr, params, go.blocks, es, span, go.gather)
     want = x.permute(dims).contiguous().view(torch.uint8).reshape(-1).numpy()
     got = memory[out_addr : out_addr + want.size]
     assert np.array_equal(got, want), (shape, dims, es, budget)
@@ -249,17 +263,24 @@ def test_replay_random_sweep():
     assert done == 12
 
 
-def test_replay_catches_a_wrong_shared_stride():
-    # the replay is a real check: a box whose shared strides are off by one row element fails it
-    p = _plan((2, 3, 8, 6, 4, 3), (0, 4, 1, 3, 5, 2), 2)
+@pytest.mark.parametrize("form", ["scatter", "gather"])
+def test_replay_catches_a_wrong_shared_stride(form):
+    # the replay is a real check: a box whose places are off by one element along the moving side fails it
+    shape, dims = ((2, 3, 8, 6, 4, 3), (0, 4, 1, 3, 5, 2)) if form == "gather" else ((12, 4, 10, 11), (1, 0, 3, 2))
+    p = _plan(shape, dims, 2)
     go = staged.staged_launch(p, 2, 4096)
+    assert go.gather == (form == "gather")
     params = cuda_permute.staged_params(p, go)
-    params.run_sm[0] += 1
+    if go.gather:
+        params.orun_sm[0] += 2
+    else:
+        params.run_sm[0] += 1
+    n = int(np.prod(shape))
     memory = np.zeros(1 << 16, np.uint8)
-    memory[: 3456 * 2] = np.arange(3456 * 2) % 251 + 1
-    replay(memory, 0, 32768, params, go.blocks, 2, (0, 1 << 16))
-    want = torch.from_numpy(memory[: 3456 * 2].copy()).view(torch.bfloat16).view(2, 3, 8, 6, 4, 3)
-    want = want.permute(0, 4, 1, 3, 5, 2).contiguous().view(torch.uint8).reshape(-1).numpy()
+    memory[: n * 2] = np.arange(n * 2) % 251 + 1
+    replay(memory, 0, 32768, params, go.blocks, 2, (0, 1 << 16), go.gather)
+    want = torch.from_numpy(memory[: n * 2].copy()).view(torch.bfloat16).view(shape)
+    want = want.permute(dims).contiguous().view(torch.uint8).reshape(-1).numpy()
     assert not np.array_equal(memory[32768 : 32768 + want.size], want)
 
 

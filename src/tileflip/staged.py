@@ -42,11 +42,12 @@ class StagedLaunch:
     chunk, for ``chunk``, the index into ``dims`` of the dimension cut in chunks, or -1); ``in_run``:
     how many leading ``dims`` form the input run; ``out_run``: indices into ``dims`` of the output run,
     output-fastest first; ``out_rows``: the other indices into ``dims`` (the output rows' decode),
-    output-fastest first; ``smem_strides``: each box dimension's stride, in elements, in the shared
-    layout (output order, one row of ``pitch`` bytes per output run); ``outer``: the dimensions outside
-    the box (the grid's decode, fastest first); ``blocks``: chunks times the outer dimensions' product;
-    ``smem``: shared memory per block in bytes; ``runs``: (input, output) run lengths in bytes on full
-    blocks; ``element_size``: bytes an element."""
+    output-fastest first; ``smem_strides``: each box dimension's stride in the shared layout (scatter:
+    output order, one row of ``pitch`` bytes per output run, in elements; ``gather``: input order, one
+    slot of ``pitch`` bytes per input run, in bytes); ``outer``: the dimensions outside the box (the
+    grid's decode, fastest first); ``blocks``: chunks times the outer dimensions' product; ``smem``:
+    shared memory per block in bytes; ``runs``: (input, output) run lengths in bytes on full blocks;
+    ``element_size``: bytes an element; ``gather``: the kernel's form (see ``_candidate``)."""
 
     dims: tuple
     extents: tuple
@@ -62,6 +63,7 @@ class StagedLaunch:
     smem: int
     runs: tuple
     element_size: int
+    gather: bool = False
 
 
 def _product(values) -> int:
@@ -114,7 +116,7 @@ def _candidate(sizes, in_strides, es, box, chunk_dim, chunk_ext):
     if not in_run or not out_run:
         return None
     rows = [d for d in out_chain if d in box and d not in out_run]
-    if len(rows) > MAX_OUT_ROW_DIMS or any(out_strides[d] * es % VECTOR for d in rows):
+    if len(rows) > MAX_OUT_ROW_DIMS:
         return None
     dims = in_run + sorted((d for d in box if d not in in_run), key=lambda d: (in_strides[d], -d))
     if len(dims) > MAX_TILE_DIMS:
@@ -124,17 +126,38 @@ def _candidate(sizes, in_strides, es, box, chunk_dim, chunk_ext):
         return None
     run_in = _product(ext[d] for d in in_run) * es
     run_out = _product(ext[d] for d in out_run) * es
-    pitch = _pitch(run_out)
+    # The side whose fastest dimension in the box is the longer one moves elements one by one through
+    # shared memory at a fixed step: the input's (scatter), or the output's where it lies in the input run
+    # (gather).
+    gather = out_run[0] in in_run and ext[out_run[0]] > ext[in_run[0]]
     smem_strides = {}
-    step = 1
-    for d in out_run:
-        smem_strides[d] = step
-        step *= ext[d]
-    step = pitch // es
-    for d in rows:
-        smem_strides[d] = step
-        step *= ext[d]
-    smem = step * es
+    if gather:
+        # Shared memory in the input's order: one slot a run, its aligned window as read; places in bytes.
+        pitch = ((run_in + VECTOR - 1) // VECTOR + 1) * VECTOR
+        step = es
+        for d in in_run:
+            smem_strides[d] = step
+            step *= ext[d]
+        step = pitch
+        for d in dims[len(in_run) :]:
+            smem_strides[d] = step
+            step *= ext[d]
+        smem = step
+    else:
+        # Shared memory in the output's order: one row a run, at the shift its block's runs share, so the
+        # rows must step by whole 16-byte words; places in elements.
+        if any(out_strides[d] * es % VECTOR for d in rows):
+            return None
+        pitch = _pitch(run_out)
+        step = 1
+        for d in out_run:
+            smem_strides[d] = step
+            step *= ext[d]
+        step = pitch // es
+        for d in rows:
+            smem_strides[d] = step
+            step *= ext[d]
+        smem = step * es
     chunks = cdiv(sizes[chunk_dim], chunk_ext) if chunk_dim is not None else 1
     blocks = chunks * _product(sizes[d] for d in outer)
     index = {d: i for i, d in enumerate(dims)}
@@ -143,7 +166,7 @@ def _candidate(sizes, in_strides, es, box, chunk_dim, chunk_ext):
         chunk=index[chunk_dim] if chunk_dim is not None else -1, chunks=chunks, in_run=len(in_run),
         out_run=tuple(index[d] for d in out_run), out_rows=tuple(index[d] for d in rows),
         smem_strides=tuple(smem_strides[d] for d in dims), pitch=pitch, outer=tuple(outer), blocks=blocks,
-        smem=smem, runs=(run_in, run_out), element_size=es,
+        smem=smem, runs=(run_in, run_out), element_size=es, gather=gather,
     )  # fmt: skip
 
 

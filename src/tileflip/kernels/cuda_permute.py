@@ -50,6 +50,7 @@ class _StagedParams(ctypes.Structure):
     _fields_ = [
         ("n_in", ctypes.c_int64 * 6), ("n_out", ctypes.c_int64 * 6), ("cut_in", ctypes.c_int64),
         ("cut_out", ctypes.c_int64), ("load_in", ctypes.c_int64 * 3), ("row_out", ctypes.c_int64 * 3),
+        ("row_in", ctypes.c_int64 * 3), ("orun_in", ctypes.c_int64 * 4),
         ("n_size", ctypes.c_int32 * 6), ("n_magic", ctypes.c_uint32 * 6), ("n_shift", ctypes.c_int32 * 6),
         ("run_ext", ctypes.c_int32 * 4), ("run_sm", ctypes.c_int32 * 4), ("run_magic", ctypes.c_uint32 * 4),
         ("run_shift", ctypes.c_int32 * 4),
@@ -57,6 +58,8 @@ class _StagedParams(ctypes.Structure):
         ("load_shift", ctypes.c_int32 * 3),
         ("row_ext", ctypes.c_int32 * 3), ("row_sm", ctypes.c_int32 * 3), ("row_magic", ctypes.c_uint32 * 3),
         ("row_shift", ctypes.c_int32 * 3),
+        ("orun_ext", ctypes.c_int32 * 4), ("orun_sm", ctypes.c_int32 * 4), ("orun_magic", ctypes.c_uint32 * 4),
+        ("orun_shift", ctypes.c_int32 * 4),
         ("nn", ctypes.c_int32), ("chunks", ctypes.c_int32), ("cut_ext", ctypes.c_int32), ("cut_size", ctypes.c_int32),
         ("chunk_magic", ctypes.c_uint32), ("chunk_shift", ctypes.c_int32),
         ("cut_load", ctypes.c_int32), ("cut_row", ctypes.c_int32), ("cut_run", ctypes.c_int32),
@@ -103,11 +106,11 @@ def _padded(values, n):
 
 
 @functools.lru_cache(maxsize=256)
-def staged_params_of(plan, element_size: int) -> tuple[_StagedParams, int, int] | None:
-    """(the staged kernel's Params, blocks, shared bytes) of ``plan``, or None where
+def staged_params_of(plan, element_size: int) -> tuple[_StagedParams, int, int, str] | None:
+    """(the staged kernel's Params, blocks, shared bytes, its form) of ``plan``, or None where
     ``tuning.staged_rule`` leaves it to the other kernels."""
     go = tuning.staged_rule(plan, element_size)
-    return None if go is None else (staged_params(plan, go), go.blocks, go.smem)
+    return None if go is None else (staged_params(plan, go), go.blocks, go.smem, "gather" if go.gather else "staged")
 
 
 def _divisor(d: int) -> tuple[int, int]:
@@ -133,6 +136,9 @@ def staged_params(plan, go) -> _StagedParams:
     run_ext, run_magic, run_shift = _decode(ext[:k_run], 4)
     load_ext, load_magic, load_shift = _decode([ext[k] for k in load], 3)
     row_ext, row_magic, row_shift = _decode([ext[k] for k in go.out_rows], 3)
+    orun_ext, orun_magic, orun_shift = _decode([ext[k] for k in go.out_run], 4)
+    # gather: input strides of the dimensions that pick a run (the load dimensions), for its alignment
+    pick = [in_strides[dims[k]] if k >= k_run and go.gather else 0 for k in range(len(dims))]
     outer = [sizes[d] for d in go.outer]
     n_ext, n_magic, n_shift = _decode(outer, 6)
     cut = go.chunk
@@ -146,10 +152,13 @@ def staged_params(plan, go) -> _StagedParams:
         _padded([in_strides[d] for d in go.outer], 6), _padded([out_strides[d] for d in go.outer], 6),
         in_strides[dims[cut]] if cut >= 0 else 0, out_strides[dims[cut]] if cut >= 0 else 0,
         _padded([in_strides[dims[k]] for k in load], 3), _padded([out_strides[dims[k]] for k in go.out_rows], 3),
+        _padded([pick[k] for k in go.out_rows], 3), _padded([pick[k] for k in go.out_run], 4),
         n_ext, n_magic, n_shift,
         run_ext, _padded(go.smem_strides[:k_run], 4), run_magic, run_shift,
         load_ext, _padded([go.smem_strides[k] for k in load], 3), load_magic, load_shift,
         row_ext, _padded([go.smem_strides[k] for k in go.out_rows], 3), row_magic, row_shift,
+        orun_ext, _padded([go.smem_strides[k] for k in go.out_run], 4) if go.gather else (0,) * 4, orun_magic,
+        orun_shift,
         len(outer), go.chunks, ext[cut] if cut >= 0 else 1, sizes[dims[cut]] if cut >= 0 else 1,
         chunk_magic, chunk_shift,
         load.index(cut) if cut in load else -1, go.out_rows.index(cut) if cut in go.out_rows else -1,
@@ -228,8 +237,8 @@ def launch(x: torch.Tensor, out: torch.Tensor, plan) -> None:
     args = _args
     staged = staged_params_of(plan, x.element_size())
     if staged is not None:
-        params, blocks, shared = staged
-        kernel = kernel_on(device, STAGED_CU_FILE, f"permute_staged_{x.element_size()}")
+        params, blocks, shared, form = staged
+        kernel = kernel_on(device, STAGED_CU_FILE, f"permute_{form}_{x.element_size()}")
         args.x.value, args.out.value = x.data_ptr(), out.data_ptr()
         ctypes.memmove(ctypes.addressof(args.staged), ctypes.addressof(params), ctypes.sizeof(params))
         nvrtc.launch(kernel, (blocks, 1, 1), (STAGED_THREADS, 1, 1), current_stream(device), args.staged_address,

@@ -43,6 +43,8 @@ struct Params {
     tf_i64 cut_in, cut_out;      // the cut dimension's strides
     tf_i64 load_in[3];           // the dimensions that enumerate a box's input runs: input strides
     tf_i64 row_out[3];           // the dimensions that enumerate its output rows: output strides
+    tf_i64 row_in[3];            // gather: their input strides where they enumerate input runs too, else 0
+    tf_i64 orun_in[4];           // gather: the output run's dimensions' input strides, likewise
     int n_size[6];
     unsigned n_magic[6];
     int n_shift[6];
@@ -55,6 +57,9 @@ struct Params {
     int row_ext[3], row_sm[3];
     unsigned row_magic[3];
     int row_shift[3];
+    int orun_ext[4], orun_sm[4]; // gather: the output run's dimensions, fastest first: extents, shared bytes
+    unsigned orun_magic[4];
+    int orun_shift[4];
     int nn, chunks, cut_ext, cut_size;   // outer dimensions; chunks of the cut dimension (1: none)
     unsigned chunk_magic;
     int chunk_shift;
@@ -65,7 +70,7 @@ struct Params {
     unsigned words_magic, owords_magic;
     int words_shift, owords_shift;
     int runs, rows;              // input runs / output rows of a whole box
-    int pitch, pad;
+    int pitch, pad;              // scatter: bytes a shared output row; gather: bytes a shared input run
 };
 
 template <int ES>
@@ -83,14 +88,34 @@ __device__ __forceinline__ void put(tf_u8* dst, const uint4& v, int s) {
     }
 }
 
+// Element s of a 16-byte word, read from shared memory at src, placed into v (zeroed before).
 template <int ES>
-__device__ __forceinline__ void permute_staged(const tf_u8* __restrict__ in, tf_u8* __restrict__ out,
-                                               const Params& p) {
-    extern __shared__ uint4 shared_words[];
-    tf_u8* const sm = reinterpret_cast<tf_u8*>(shared_words);
-    const int tid = threadIdx.x;
+__device__ __forceinline__ void take(uint4& v, const tf_u8* src, int s) {
+    tf_u32 w;
+    if (ES == 1) w = static_cast<tf_u32>(*src) << (8 * (s & 3));
+    else if (ES == 2) w = static_cast<tf_u32>(*reinterpret_cast<const tf_u16*>(src)) << (16 * (s & 1));
+    else if (ES == 4) w = *reinterpret_cast<const tf_u32*>(src);
+    if (ES == 8) {
+        const tf_u64 d = *reinterpret_cast<const tf_u64*>(src);
+        if (s == 0) { v.x = static_cast<tf_u32>(d); v.y = static_cast<tf_u32>(d >> 32); }
+        else { v.z = static_cast<tf_u32>(d); v.w = static_cast<tf_u32>(d >> 32); }
+        return;
+    }
+    const int k = s * ES / 4;
+    if (k == 0) v.x |= w;
+    else if (k == 1) v.y |= w;
+    else if (k == 2) v.z |= w;
+    else v.w |= w;
+}
 
-    // The block's chunk of the cut dimension (the fastest part of blockIdx.x) and outer offsets.
+struct Block {
+    tf_i64 in_base, out_base;
+    int cut_e, run_len, out_len, m;
+};
+
+template <int ES>
+__device__ __forceinline__ Block block_of(const tf_u8* out, const Params& p) {
+    Block b;
     unsigned bid = blockIdx.x;
     int ck = 0;
     if (p.chunks > 1) {
@@ -98,29 +123,39 @@ __device__ __forceinline__ void permute_staged(const tf_u8* __restrict__ in, tf_
         ck = static_cast<int>(bid - q * p.chunks);
         bid = q;
     }
-    tf_i64 in_base = 0, out_base = 0;
+    b.in_base = 0;
+    b.out_base = 0;
 #pragma unroll
     for (int d = 0; d < 6; ++d) {
         if (d < p.nn) {
             const unsigned q = divide(bid, p.n_magic[d], p.n_shift[d]);
             const unsigned r = bid - q * static_cast<unsigned>(p.n_size[d]);
-            in_base += r * p.n_in[d];
-            out_base += r * p.n_out[d];
+            b.in_base += r * p.n_in[d];
+            b.out_base += r * p.n_out[d];
             bid = q;
         }
     }
     const int left = p.cut_size - ck * p.cut_ext;
-    const int cut_e = left < p.cut_ext ? left : p.cut_ext;  // the cut dimension's extent in this block
-    in_base += static_cast<tf_i64>(ck) * p.cut_ext * p.cut_in;
-    out_base += static_cast<tf_i64>(ck) * p.cut_ext * p.cut_out;
-    const int run_len = p.cut_run ? p.run_len / p.cut_ext * cut_e : p.run_len;
-    const int out_len = p.cut_out_run ? p.out_len / p.cut_ext * cut_e : p.out_len;
-    const int m = static_cast<int>((reinterpret_cast<tf_u64>(out) + static_cast<tf_u64>(out_base) * ES) & 15);
+    b.cut_e = left < p.cut_ext ? left : p.cut_ext;  // the cut dimension's extent in this block
+    b.in_base += static_cast<tf_i64>(ck) * p.cut_ext * p.cut_in;
+    b.out_base += static_cast<tf_i64>(ck) * p.cut_ext * p.cut_out;
+    b.run_len = p.cut_run ? p.run_len / p.cut_ext * b.cut_e : p.run_len;
+    b.out_len = p.cut_out_run ? p.out_len / p.cut_ext * b.cut_e : p.out_len;
+    b.m = static_cast<int>((reinterpret_cast<tf_u64>(out) + static_cast<tf_u64>(b.out_base) * ES) & 15);
+    return b;
+}
 
-    // Load: one aligned 16-byte word of an input run's window a thread; its elements stored at their
-    // places in the output's order.
-    const int run_bytes = run_len * ES;
+// Scatter: input words' elements stored at their places in the output's order (rows of `pitch` bytes,
+// each holding its run at shift m), then the rows copied out as aligned words.
+template <int ES>
+__device__ __forceinline__ void scatter(const tf_u8* __restrict__ in, tf_u8* __restrict__ out, const Params& p,
+                                        tf_u8* sm) {
+    const int tid = threadIdx.x;
+    const Block blk = block_of<ES>(out, p);
+    const int m = blk.m;
+    const int run_bytes = blk.run_len * ES;
     const int items = p.runs * p.words;
+    const int step = p.run_sm[0] * ES;  // bytes between the places of consecutive elements of a row
     for (int base = tid; base < items; base += THREADS * U) {
         uint4 v[U];
         int lo[U], hi[U], first[U], pos0[U];
@@ -132,14 +167,14 @@ __device__ __forceinline__ void permute_staged(const tf_u8* __restrict__ in, tf_
             if (item < items) {
                 unsigned r = divide(item, p.words_magic, p.words_shift);
                 const int w = item - static_cast<int>(r) * p.words;
-                tf_i64 off = in_base;
+                tf_i64 off = blk.in_base;
                 int so = 0;
                 bool live = true;
 #pragma unroll
                 for (int k = 0; k < 3; ++k) {
                     const unsigned q = divide(r, p.load_magic[k], p.load_shift[k]);
                     const int c = static_cast<int>(r - q * static_cast<unsigned>(p.load_ext[k]));
-                    live = live && !(k == p.cut_load && c >= cut_e);
+                    live = live && !(k == p.cut_load && c >= blk.cut_e);
                     off += c * p.load_in[k];
                     so += c * p.load_sm[k];
                     r = q;
@@ -171,6 +206,15 @@ __device__ __forceinline__ void permute_staged(const tf_u8* __restrict__ in, tf_
                 pos += c[k] * p.run_sm[k];
                 i = q;
             }
+            if (c[0] + (hi[u] - lo[u]) / ES <= p.run_ext[0]) {
+                // Within one row of the run's fastest dimension: places step by `step`.
+                tf_u8* at = sm + pos * ES + m - (lo[u] / ES) * step;
+#pragma unroll
+                for (int s = 0; s < 16 / ES; ++s) {
+                    if (s * ES >= lo[u] && s * ES < hi[u]) put<ES>(at + s * step, v[u], s);
+                }
+                continue;
+            }
 #pragma unroll
             for (int s = 0; s < 16 / ES; ++s) {
                 if (s * ES >= lo[u] && s * ES < hi[u]) {
@@ -194,22 +238,21 @@ __device__ __forceinline__ void permute_staged(const tf_u8* __restrict__ in, tf_
     }
     __syncthreads();
 
-    // Store: one aligned 16-byte word of an output run a thread, from its shared row.
-    const int out_bytes = out_len * ES;
+    const int out_bytes = blk.out_len * ES;
     const int out_items = p.rows * p.owords;
     for (int item = tid; item < out_items; item += THREADS) {
         unsigned j = divide(item, p.owords_magic, p.owords_shift);
         const int w = item - static_cast<int>(j) * p.owords;
         const int first_byte = 16 * w - m;
         if (first_byte >= out_bytes) continue;
-        tf_i64 off = out_base;
+        tf_i64 off = blk.out_base;
         int row = 0;
         bool live = true;
 #pragma unroll
         for (int k = 0; k < 3; ++k) {
             const unsigned q = divide(j, p.row_magic[k], p.row_shift[k]);
             const int c = static_cast<int>(j - q * static_cast<unsigned>(p.row_ext[k]));
-            live = live && !(k == p.cut_row && c >= cut_e);
+            live = live && !(k == p.cut_row && c >= blk.cut_e);
             off += c * p.row_out[k];
             row += c * p.row_sm[k];
             j = q;
@@ -228,12 +271,143 @@ __device__ __forceinline__ void permute_staged(const tf_u8* __restrict__ in, tf_
     }
 }
 
+// Gather: the input runs' aligned windows copied into shared memory as they are (one slot of `pitch`
+// bytes a run), then each aligned word of an output row gathered element by element.
+template <int ES>
+__device__ __forceinline__ void gather(const tf_u8* __restrict__ in, tf_u8* __restrict__ out, const Params& p,
+                                       tf_u8* sm) {
+    const int tid = threadIdx.x;
+    const Block blk = block_of<ES>(out, p);
+    const int run_bytes = blk.run_len * ES;
+    const int items = p.runs * p.words;
+    for (int base = tid; base < items; base += THREADS * U) {
+        uint4 v[U];
+        int slot[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const int item = base + u * THREADS;
+            slot[u] = -1;
+            if (item < items) {
+                unsigned r = divide(item, p.words_magic, p.words_shift);
+                const int w = item - static_cast<int>(r) * p.words;
+                tf_i64 off = blk.in_base;
+                int so = 0;
+                bool live = true;
+#pragma unroll
+                for (int k = 0; k < 3; ++k) {
+                    const unsigned q = divide(r, p.load_magic[k], p.load_shift[k]);
+                    const int c = static_cast<int>(r - q * static_cast<unsigned>(p.load_ext[k]));
+                    live = live && !(k == p.cut_load && c >= blk.cut_e);
+                    off += c * p.load_in[k];
+                    so += c * p.load_sm[k];
+                    r = q;
+                }
+                const tf_u8* g = in + off * ES;
+                const int mis = static_cast<int>(reinterpret_cast<tf_u64>(g) & 15);
+                if (live && 16 * w < mis + run_bytes) {
+                    v[u] = *reinterpret_cast<const uint4*>(g - mis + 16 * w);
+                    slot[u] = so + 16 * w;
+                }
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            if (slot[u] >= 0) *reinterpret_cast<uint4*>(sm + slot[u]) = v[u];
+        }
+    }
+    __syncthreads();
+
+    const int out_bytes = blk.out_len * ES;
+    const int out_items = p.rows * p.owords;
+    const int step = p.orun_sm[0];  // bytes between the places of consecutive elements of an output row
+    for (int item = tid; item < out_items; item += THREADS) {
+        unsigned j = divide(item, p.owords_magic, p.owords_shift);
+        const int w = item - static_cast<int>(j) * p.owords;
+        tf_i64 off = blk.out_base, in_off = blk.in_base;
+        int place = 0;
+        bool live = true;
+#pragma unroll
+        for (int k = 0; k < 3; ++k) {
+            const unsigned q = divide(j, p.row_magic[k], p.row_shift[k]);
+            const int c = static_cast<int>(j - q * static_cast<unsigned>(p.row_ext[k]));
+            live = live && !(k == p.cut_row && c >= blk.cut_e);
+            off += c * p.row_out[k];
+            in_off += c * p.row_in[k];
+            place += c * p.row_sm[k];
+            j = q;
+        }
+        const int m = static_cast<int>((reinterpret_cast<tf_u64>(out) + static_cast<tf_u64>(off) * ES) & 15);
+        const int first_byte = 16 * w - m;
+        if (!live || first_byte >= out_bytes || first_byte + 16 <= 0) continue;
+        const int a = first_byte > 0 ? first_byte : 0;
+        const int b = first_byte + 16 < out_bytes ? first_byte + 16 : out_bytes;
+        unsigned e = a / ES;
+        int c[4];
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+            const unsigned q = divide(e, p.orun_magic[k], p.orun_shift[k]);
+            c[k] = static_cast<int>(e - q * static_cast<unsigned>(p.orun_ext[k]));
+            in_off += c[k] * p.orun_in[k];
+            place += c[k] * p.orun_sm[k];
+            e = q;
+        }
+        // The run the word's first element lies in starts `mis` bytes into its slot.
+        place += static_cast<int>((reinterpret_cast<tf_u64>(in) + static_cast<tf_u64>(in_off) * ES) & 15);
+        const int lo = a - first_byte, hi = b - first_byte;
+        uint4 val = make_uint4(0, 0, 0, 0);
+        if (c[0] + (hi - lo) / ES <= p.orun_ext[0]) {
+            // Within one row of the output run's fastest dimension (an input-run dimension): one run.
+            const tf_u8* at = sm + place - (lo / ES) * step;
+#pragma unroll
+            for (int s = 0; s < 16 / ES; ++s) {
+                if (s * ES >= lo && s * ES < hi) take<ES>(val, at + s * step, s);
+            }
+        } else {
+            // Across rows: each element's place decoded in full.
+#pragma unroll
+            for (int s = 0; s < 16 / ES; ++s) {
+                if (s * ES >= lo && s * ES < hi) {
+                    unsigned f = (first_byte + s * ES) / ES;
+                    tf_i64 io = in_off;
+                    int pl = 0;
+#pragma unroll
+                    for (int k = 0; k < 4; ++k) {
+                        const unsigned q = divide(f, p.orun_magic[k], p.orun_shift[k]);
+                        const int cc = static_cast<int>(f - q * static_cast<unsigned>(p.orun_ext[k]));
+                        io += (cc - c[k]) * p.orun_in[k];
+                        pl += (cc - c[k]) * p.orun_sm[k];
+                        f = q;
+                    }
+                    pl += place - static_cast<int>((reinterpret_cast<tf_u64>(in) + static_cast<tf_u64>(in_off) * ES) & 15);
+                    pl += static_cast<int>((reinterpret_cast<tf_u64>(in) + static_cast<tf_u64>(io) * ES) & 15);
+                    take<ES>(val, sm + pl, s);
+                }
+            }
+        }
+        tf_u8* dst = out + off * ES - m + 16 * w;
+        if (lo == 0 && hi == 16) {
+            *reinterpret_cast<uint4*>(dst) = val;
+        } else {
+#pragma unroll
+            for (int s = 0; s < 16; ++s) {
+                if (s >= lo && s < hi) put<1>(dst + s, val, s);
+            }
+        }
+    }
+}
+
 }  // namespace tileflip_staged
 
 #define TILEFLIP_STAGED(ES)                                                                                      \
     extern "C" __global__ void __launch_bounds__(256, 4) permute_staged_##ES(                                   \
         const tf_u8* __restrict__ in, tf_u8* __restrict__ out, const tileflip_staged::Params p) {               \
-        tileflip_staged::permute_staged<ES>(in, out, p);                                                         \
+        extern __shared__ uint4 shared_words[];                                                                  \
+        tileflip_staged::scatter<ES>(in, out, p, reinterpret_cast<tf_u8*>(shared_words));                      \
+    }                                                                                                            \
+    extern "C" __global__ void __launch_bounds__(256, 4) permute_gather_##ES(                                   \
+        const tf_u8* __restrict__ in, tf_u8* __restrict__ out, const tileflip_staged::Params p) {               \
+        extern __shared__ uint4 shared_words[];                                                                  \
+        tileflip_staged::gather<ES>(in, out, p, reinterpret_cast<tf_u8*>(shared_words));                       \
     }
 TILEFLIP_STAGED(1)
 TILEFLIP_STAGED(2)
