@@ -32,6 +32,7 @@ MAX_OUT_ROW_DIMS = 3
 SMEM_BYTES = 56 * 1024  # shared memory a block may take (four blocks, with 1 KiB each reserved, fill an SM's 228 KiB)
 MIN_RUN_BYTES = 32  # both sides' runs at least this long, else the box is not worth staging
 VECTOR = 16  # bytes a thread moves with one access
+TRASH_BYTES = 256  # scatter: an 8-byte slot per lane that takes a word's elements outside the run
 
 
 @dataclass(frozen=True)
@@ -157,7 +158,7 @@ def _candidate(sizes, in_strides, es, box, chunk_dim, chunk_ext):
         for d in rows:
             smem_strides[d] = step
             step *= ext[d]
-        smem = step * es
+        smem = step * es + TRASH_BYTES  # the lanes' trash slots after the rows
     chunks = cdiv(sizes[chunk_dim], chunk_ext) if chunk_dim is not None else 1
     blocks = chunks * _product(sizes[d] for d in outer)
     index = {d: i for i, d in enumerate(dims)}

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from tileflip import tuning
+from tileflip import staged, tuning
 from tileflip.kernels import nvrtc
 from tileflip.kernels.cuda_transpose import _arch
 from tileflip.kernels.triton_common import current_stream
@@ -66,7 +66,7 @@ class _StagedParams(ctypes.Structure):
         ("cut_out_run", ctypes.c_int32), ("run_len", ctypes.c_int32), ("out_len", ctypes.c_int32),
         ("words", ctypes.c_int32), ("owords", ctypes.c_int32), ("words_magic", ctypes.c_uint32),
         ("owords_magic", ctypes.c_uint32), ("words_shift", ctypes.c_int32), ("owords_shift", ctypes.c_int32),
-        ("runs", ctypes.c_int32), ("rows", ctypes.c_int32), ("pitch", ctypes.c_int32), ("pad", ctypes.c_int32),
+        ("runs", ctypes.c_int32), ("rows", ctypes.c_int32), ("pitch", ctypes.c_int32), ("trash", ctypes.c_int32),
     ]  # fmt: skip
 
 
@@ -164,7 +164,8 @@ def staged_params(plan, go) -> _StagedParams:
         load.index(cut) if cut in load else -1, go.out_rows.index(cut) if cut in go.out_rows else -1,
         int(cut >= 0 and cut == k_run - 1), int(cut >= 0 and cut in go.out_run), run_len, out_len,
         words, owords, _divisor(words)[0], _divisor(owords)[0], _divisor(words)[1], _divisor(owords)[1],
-        tuning._product(load_ext), tuning._product(row_ext), go.pitch, 0,
+        tuning._product(load_ext), tuning._product(row_ext), go.pitch,
+        0 if go.gather else go.smem - staged.TRASH_BYTES,
     )  # fmt: skip
 
 

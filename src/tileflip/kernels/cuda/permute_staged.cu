@@ -70,7 +70,8 @@ struct Params {
     unsigned words_magic, owords_magic;
     int words_shift, owords_shift;
     int runs, rows;              // input runs / output rows of a whole box
-    int pitch, pad;              // scatter: bytes a shared output row; gather: bytes a shared input run
+    int pitch;                   // scatter: bytes a shared output row; gather: bytes a shared input run
+    int trash;                   // scatter: where 32 8-byte trash slots start in shared memory
 };
 
 template <int ES>
@@ -156,6 +157,7 @@ __device__ __forceinline__ void scatter(const tf_u8* __restrict__ in, tf_u8* __r
     const int run_bytes = blk.run_len * ES;
     const int items = p.runs * p.words;
     const int step = p.run_sm[0] * ES;  // bytes between the places of consecutive elements of a row
+    tf_u8* const trash = sm + p.trash + 8 * (tid & 31);
     for (int base = tid; base < items; base += THREADS * U) {
         uint4 v[U];
         int lo[U], hi[U], first[U], pos0[U];
@@ -206,12 +208,15 @@ __device__ __forceinline__ void scatter(const tf_u8* __restrict__ in, tf_u8* __r
                 pos += c[k] * p.run_sm[k];
                 i = q;
             }
-            if (c[0] + (hi[u] - lo[u]) / ES <= p.run_ext[0]) {
-                // Within one row of the run's fastest dimension: places step by `step`.
-                tf_u8* at = sm + pos * ES + m - (lo[u] / ES) * step;
+            const int s0 = lo[u] / ES, n = (hi[u] - lo[u]) / ES;
+            if (c[0] + n <= p.run_ext[0]) {
+                // Within one row of the run's fastest dimension: places step by `step`. Every slot of the
+                // word is stored, those outside the run into this lane's trash slot (no branches).
+                tf_u8* at = sm + pos * ES + m - s0 * step;
 #pragma unroll
                 for (int s = 0; s < 16 / ES; ++s) {
-                    if (s * ES >= lo[u] && s * ES < hi[u]) put<ES>(at + s * step, v[u], s);
+                    put<ES>(static_cast<unsigned>(s - s0) < static_cast<unsigned>(n) ? at : trash, v[u], s);
+                    at += step;
                 }
                 continue;
             }
@@ -355,12 +360,16 @@ __device__ __forceinline__ void gather(const tf_u8* __restrict__ in, tf_u8* __re
         place += static_cast<int>((reinterpret_cast<tf_u64>(in) + static_cast<tf_u64>(in_off) * ES) & 15);
         const int lo = a - first_byte, hi = b - first_byte;
         uint4 val = make_uint4(0, 0, 0, 0);
-        if (c[0] + (hi - lo) / ES <= p.orun_ext[0]) {
-            // Within one row of the output run's fastest dimension (an input-run dimension): one run.
-            const tf_u8* at = sm + place - (lo / ES) * step;
+        const int s0 = lo / ES, n = (hi - lo) / ES;
+        if (c[0] + n <= p.orun_ext[0]) {
+            // Within one row of the output run's fastest dimension (an input-run dimension): one run, places
+            // `step` apart. Slots outside the output row read shared memory's first element instead (their
+            // bytes are not stored).
+            const tf_u8* at = sm + place - s0 * step;
 #pragma unroll
             for (int s = 0; s < 16 / ES; ++s) {
-                if (s * ES >= lo && s * ES < hi) take<ES>(val, at + s * step, s);
+                take<ES>(val, static_cast<unsigned>(s - s0) < static_cast<unsigned>(n) ? at : sm, s);
+                at += step;
             }
         } else {
             // Across rows: each element's place decoded in full.
