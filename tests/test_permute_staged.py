@@ -58,8 +58,10 @@ def test_box_fits_the_shared_budget_and_keeps_runs_whole():
             assert go.smem <= budget and min(go.runs) >= staged.MIN_RUN_BYTES
             assert len(go.dims) <= staged.MAX_TILE_DIMS and len(go.outer) <= staged.MAX_OUTER_DIMS
             out_strides = plan.contiguous_strides(p.sizes)
-            # scattered: output rows step by whole 16-byte words (one shift for all of a block's rows)
+            # scattered: output rows step by whole 16-byte words (one shift for all of a block's rows);
+            # gathered: the output run lies within the input run
             assert go.gather or all(out_strides[go.dims[k]] * es % 16 == 0 for k in go.out_rows)
+            assert not go.gather or all(k < go.in_run for k in go.out_run)
             # the input run is contiguous: strides 1, e0, e0 e1, ...
             step = 1
             for k in range(go.in_run):
@@ -181,8 +183,7 @@ def replay(memory: np.ndarray, in_addr: int, out_addr: int, params, blocks: int,
                 for s in range(0, 16, es):
                     if 0 <= first + s < out_bytes:
                         e = _decode_into((first + s) // es, p.orun_magic, p.orun_shift, p.orun_ext)
-                        io = in_off + sum(ci * si for ci, si in zip(e, p.orun_in))
-                        at = place + sum(ci * si for ci, si in zip(e, p.orun_sm)) + ((in_addr + io * es) & 15)
+                        at = place + sum(ci * si for ci, si in zip(e, p.orun_sm)) + ((in_addr + in_off * es) & 15)
                         memory[dst + s : dst + s + es] = shared[at : at + es]
             else:
                 row = sum(ci * si for ci, si in zip(c, p.row_sm))

@@ -128,9 +128,9 @@ def _candidate(sizes, in_strides, es, box, chunk_dim, chunk_ext):
     run_in = _product(ext[d] for d in in_run) * es
     run_out = _product(ext[d] for d in out_run) * es
     # The side whose fastest dimension in the box is the longer one moves elements one by one through
-    # shared memory at a fixed step: the input's (scatter), or the output's where it lies in the input run
-    # (gather).
-    gather = out_run[0] in in_run and ext[out_run[0]] > ext[in_run[0]]
+    # shared memory: the input's (scatter), or the output's (gather) where the output run lies within the
+    # input run (one slot, one misalignment along an output row).
+    gather = set(out_run) <= set(in_run) and ext[out_run[0]] > ext[in_run[0]]
     smem_strides = {}
     if gather:
         # Shared memory in the input's order: one slot a run, its aligned window as read; places in bytes.

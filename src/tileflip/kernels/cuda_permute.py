@@ -50,7 +50,7 @@ class _StagedParams(ctypes.Structure):
     _fields_ = [
         ("n_in", ctypes.c_int64 * 6), ("n_out", ctypes.c_int64 * 6), ("cut_in", ctypes.c_int64),
         ("cut_out", ctypes.c_int64), ("load_in", ctypes.c_int64 * 3), ("row_out", ctypes.c_int64 * 3),
-        ("row_in", ctypes.c_int64 * 3), ("orun_in", ctypes.c_int64 * 4),
+        ("row_in", ctypes.c_int64 * 3),
         ("n_size", ctypes.c_int32 * 6), ("n_magic", ctypes.c_uint32 * 6), ("n_shift", ctypes.c_int32 * 6),
         ("run_ext", ctypes.c_int32 * 4), ("run_sm", ctypes.c_int32 * 4), ("run_magic", ctypes.c_uint32 * 4),
         ("run_shift", ctypes.c_int32 * 4),
@@ -152,7 +152,7 @@ def staged_params(plan, go) -> _StagedParams:
         _padded([in_strides[d] for d in go.outer], 6), _padded([out_strides[d] for d in go.outer], 6),
         in_strides[dims[cut]] if cut >= 0 else 0, out_strides[dims[cut]] if cut >= 0 else 0,
         _padded([in_strides[dims[k]] for k in load], 3), _padded([out_strides[dims[k]] for k in go.out_rows], 3),
-        _padded([pick[k] for k in go.out_rows], 3), _padded([pick[k] for k in go.out_run], 4),
+        _padded([pick[k] for k in go.out_rows], 3),
         n_ext, n_magic, n_shift,
         run_ext, _padded(go.smem_strides[:k_run], 4), run_magic, run_shift,
         load_ext, _padded([go.smem_strides[k] for k in load], 3), load_magic, load_shift,

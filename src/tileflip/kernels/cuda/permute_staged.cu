@@ -44,7 +44,6 @@ struct Params {
     tf_i64 load_in[3];           // the dimensions that enumerate a box's input runs: input strides
     tf_i64 row_out[3];           // the dimensions that enumerate its output rows: output strides
     tf_i64 row_in[3];            // gather: their input strides where they enumerate input runs too, else 0
-    tf_i64 orun_in[4];           // gather: the output run's dimensions' input strides, likewise
     int n_size[6];
     unsigned n_magic[6];
     int n_shift[6];
@@ -325,6 +324,10 @@ __device__ __forceinline__ void gather(const tf_u8* __restrict__ in, tf_u8* __re
     const int out_bytes = blk.out_len * ES;
     const int out_items = p.rows * p.owords;
     const int step = p.orun_sm[0];  // bytes between the places of consecutive elements of an output row
+    // what a wrap of the output run's dimension k - 1 adds to a place (the next dimension's step, less the row)
+    const int carry1 = p.orun_sm[1] - p.orun_ext[0] * p.orun_sm[0];
+    const int carry2 = p.orun_sm[2] - p.orun_ext[1] * p.orun_sm[1];
+    const int carry3 = p.orun_sm[3] - p.orun_ext[2] * p.orun_sm[2];
     for (int item = tid; item < out_items; item += THREADS) {
         unsigned j = divide(item, p.owords_magic, p.owords_shift);
         const int w = item - static_cast<int>(j) * p.owords;
@@ -352,45 +355,37 @@ __device__ __forceinline__ void gather(const tf_u8* __restrict__ in, tf_u8* __re
         for (int k = 0; k < 4; ++k) {
             const unsigned q = divide(e, p.orun_magic[k], p.orun_shift[k]);
             c[k] = static_cast<int>(e - q * static_cast<unsigned>(p.orun_ext[k]));
-            in_off += c[k] * p.orun_in[k];
             place += c[k] * p.orun_sm[k];
             e = q;
         }
-        // The run the word's first element lies in starts `mis` bytes into its slot.
+        // The run the row lies in starts `mis` bytes into its slot.
         place += static_cast<int>((reinterpret_cast<tf_u64>(in) + static_cast<tf_u64>(in_off) * ES) & 15);
         const int lo = a - first_byte, hi = b - first_byte;
         uint4 val = make_uint4(0, 0, 0, 0);
+        // The word's elements from its first one on, their places walked by an odometer over the output run's
+        // dimensions without branches (they all lie in the input run: one slot, one misalignment). Slots
+        // outside the output row read shared memory's first element instead (their bytes are not stored).
         const int s0 = lo / ES, n = (hi - lo) / ES;
-        if (c[0] + n <= p.orun_ext[0]) {
-            // Within one row of the output run's fastest dimension (an input-run dimension): one run, places
-            // `step` apart. Slots outside the output row read shared memory's first element instead (their
-            // bytes are not stored).
-            const tf_u8* at = sm + place - s0 * step;
+        const tf_u8* at = sm + place;
+        int c0 = c[0], c1 = c[1], c2 = c[2];
 #pragma unroll
-            for (int s = 0; s < 16 / ES; ++s) {
-                take<ES>(val, static_cast<unsigned>(s - s0) < static_cast<unsigned>(n) ? at : sm, s);
-                at += step;
-            }
-        } else {
-            // Across rows: each element's place decoded in full.
-#pragma unroll
-            for (int s = 0; s < 16 / ES; ++s) {
-                if (s * ES >= lo && s * ES < hi) {
-                    unsigned f = (first_byte + s * ES) / ES;
-                    tf_i64 io = in_off;
-                    int pl = 0;
-#pragma unroll
-                    for (int k = 0; k < 4; ++k) {
-                        const unsigned q = divide(f, p.orun_magic[k], p.orun_shift[k]);
-                        const int cc = static_cast<int>(f - q * static_cast<unsigned>(p.orun_ext[k]));
-                        io += (cc - c[k]) * p.orun_in[k];
-                        pl += (cc - c[k]) * p.orun_sm[k];
-                        f = q;
-                    }
-                    pl += place - static_cast<int>((reinterpret_cast<tf_u64>(in) + static_cast<tf_u64>(in_off) * ES) & 15);
-                    pl += static_cast<int>((reinterpret_cast<tf_u64>(in) + static_cast<tf_u64>(io) * ES) & 15);
-                    take<ES>(val, sm + pl, s);
-                }
+        for (int s = 0; s < 16 / ES; ++s) {
+            const bool ok = static_cast<unsigned>(s - s0) < static_cast<unsigned>(n);
+            take<ES>(val, ok ? at : sm, s);
+            if (s + 1 < 16 / ES) {
+                at += ok ? step : 0;
+                c0 += ok;
+                const bool w0 = c0 == p.orun_ext[0];
+                c0 = w0 ? 0 : c0;
+                at += w0 ? carry1 : 0;
+                c1 += w0;
+                const bool w1 = c1 == p.orun_ext[1];
+                c1 = w1 ? 0 : c1;
+                at += w1 ? carry2 : 0;
+                c2 += w1;
+                const bool w2 = c2 == p.orun_ext[2];
+                c2 = w2 ? 0 : c2;
+                at += w2 ? carry3 : 0;
             }
         }
         tf_u8* dst = out + off * ES - m + 16 * w;
