@@ -514,7 +514,7 @@ def _run_permute(x, out, p, auto: bool = False) -> None:
         x2 = x.as_strided((s1, s0), (st1, st0), x.storage_offset())
         _triton().launch(x2, out.view(s0, s1), tuning.triton_config(x.element_size(), (s1, s0), st1))
         return
-    if auto and x.is_cuda:
+    if auto and x.element_size() == 1 and x.is_cuda:
         from tileflip.kernels import cuda_permute
 
         if cuda_permute.usable(x, p):

@@ -1,12 +1,9 @@
-"""Launchers of the CUDA C++ permutes (compiled by NVRTC on first use):
-
-- ``cuda/permute_realign.cu``: the launches that ``tileflip.tuning.realign_launch`` gives it, 1-byte
-  elements whose output rows start at any byte, written as whole aligned 32-byte sectors;
-- ``cuda/permute_staged.cu``: the launches that ``tileflip.tuning.staged_rule`` gives it, a box of the
-  tensor moved through shared memory as whole input and output runs (``tileflip.staged``).
+"""Launcher of the CUDA C++ permute in ``cuda/permute_realign.cu`` (compiled by NVRTC on first use): the
+launches that ``tileflip.tuning.realign_launch`` gives it, 1-byte elements whose output rows start at
+any byte, written as whole aligned 32-byte sectors.
 
 ``launch(x, out, plan)`` is called by ``tileflip.ops`` once every argument check is done (``out``
-contiguous, not overlapping ``x``); ``usable`` says whether a call may take one of them.
+contiguous, not overlapping ``x``); ``usable`` says whether a call may take it.
 """
 
 from __future__ import annotations
@@ -18,17 +15,15 @@ from pathlib import Path
 
 import torch
 
-from tileflip import staged, tuning
+from tileflip import tuning
 from tileflip.kernels import nvrtc
 from tileflip.kernels.cuda_transpose import _arch
 from tileflip.kernels.triton_common import current_stream
-from tileflip.plan import contiguous_strides, magic_divisor
+from tileflip.plan import contiguous_strides
 
 CU_FILE = Path(__file__).with_name("cuda") / "permute_realign.cu"
 KERNEL = "permute_realign_u8"
 THREADS = 256
-STAGED_CU_FILE = Path(__file__).with_name("cuda") / "permute_staged.cu"
-STAGED_THREADS = 256
 MAX_DECODE = {"a": 4, "b": 4, "n": 6}  # dimensions each decode of the .cu file's Params holds
 
 
@@ -44,35 +39,9 @@ class _Params(ctypes.Structure):
     ]  # fmt: skip
 
 
-class _StagedParams(ctypes.Structure):
-    """The staged kernel's ``Params`` (permute_staged.cu), field for field."""
-
-    _fields_ = [
-        ("n_in", ctypes.c_int64 * 6), ("n_out", ctypes.c_int64 * 6), ("cut_in", ctypes.c_int64),
-        ("cut_out", ctypes.c_int64), ("load_in", ctypes.c_int64 * 3), ("row_out", ctypes.c_int64 * 3),
-        ("row_in", ctypes.c_int64 * 3),
-        ("n_size", ctypes.c_int32 * 6), ("n_magic", ctypes.c_uint32 * 6), ("n_shift", ctypes.c_int32 * 6),
-        ("run_ext", ctypes.c_int32 * 4), ("run_sm", ctypes.c_int32 * 4), ("run_magic", ctypes.c_uint32 * 4),
-        ("run_shift", ctypes.c_int32 * 4),
-        ("load_ext", ctypes.c_int32 * 3), ("load_sm", ctypes.c_int32 * 3), ("load_magic", ctypes.c_uint32 * 3),
-        ("load_shift", ctypes.c_int32 * 3),
-        ("row_ext", ctypes.c_int32 * 3), ("row_sm", ctypes.c_int32 * 3), ("row_magic", ctypes.c_uint32 * 3),
-        ("row_shift", ctypes.c_int32 * 3),
-        ("orun_ext", ctypes.c_int32 * 4), ("orun_sm", ctypes.c_int32 * 4), ("orun_magic", ctypes.c_uint32 * 4),
-        ("orun_shift", ctypes.c_int32 * 4),
-        ("nn", ctypes.c_int32), ("chunks", ctypes.c_int32), ("cut_ext", ctypes.c_int32), ("cut_size", ctypes.c_int32),
-        ("chunk_magic", ctypes.c_uint32), ("chunk_shift", ctypes.c_int32),
-        ("cut_load", ctypes.c_int32), ("cut_row", ctypes.c_int32), ("cut_run", ctypes.c_int32),
-        ("cut_out_run", ctypes.c_int32), ("run_len", ctypes.c_int32), ("out_len", ctypes.c_int32),
-        ("words", ctypes.c_int32), ("owords", ctypes.c_int32), ("words_magic", ctypes.c_uint32),
-        ("owords_magic", ctypes.c_uint32), ("words_shift", ctypes.c_int32), ("owords_shift", ctypes.c_int32),
-        ("runs", ctypes.c_int32), ("rows", ctypes.c_int32), ("pitch", ctypes.c_int32), ("trash", ctypes.c_int32),
-    ]  # fmt: skip
-
-
 def compile_cubin(arch: int = 90, *, use_cache: bool = True) -> dict[str, bytes]:
-    """Compile this backend's .cu files for ``sm_<arch>`` (no GPU needed): ``{file name: cubin}``."""
-    return {f.name: nvrtc.compile_cubin(f, arch, use_cache=use_cache) for f in (CU_FILE, STAGED_CU_FILE)}
+    """Compile this backend's .cu file for ``sm_<arch>`` (no GPU needed): ``{file name: cubin}``."""
+    return {CU_FILE.name: nvrtc.compile_cubin(CU_FILE, arch, use_cache=use_cache)}
 
 
 @functools.lru_cache(maxsize=256)
@@ -91,82 +60,17 @@ def params_of(plan) -> tuple[tuple, int] | None:
     size_b = tuning._product(sizes[d] for d in go.b_dims)
     tiles_a, tiles_b, blocks = tuning.realign_grid(sizes, go)
 
+    def padded(values, n):
+        return tuple(values) + (0,) * (n - len(values))
+
     a = [sizes[d] for d in go.a_dims], [out_strides[d] for d in go.a_dims]
     b = [sizes[d] for d in go.b_dims], [in_strides[d] for d in go.b_dims]
     nd = go.batch_dims
     n = [sizes[d] for d in nd], [in_strides[d] for d in nd], [out_strides[d] for d in nd]
     fields = (size_a, size_b, tiles_a, tiles_b, len(a[0]), len(b[0]), len(n[0]), 0,
-              _padded(a[0], 4), _padded(a[1], 4), _padded(b[0], 4), _padded(b[1], 4),
-              _padded(n[0], 6), _padded(n[1], 6), _padded(n[2], 6))  # fmt: skip
+              padded(a[0], 4), padded(a[1], 4), padded(b[0], 4), padded(b[1], 4),
+              padded(n[0], 6), padded(n[1], 6), padded(n[2], 6))  # fmt: skip
     return fields, blocks
-
-
-def _padded(values, n):
-    return tuple(values) + (0,) * (n - len(values))
-
-
-@functools.lru_cache(maxsize=256)
-def staged_params_of(plan, element_size: int) -> tuple[_StagedParams, int, int, str] | None:
-    """(the staged kernel's Params, blocks, shared bytes, its form) of ``plan``, or None where
-    ``tuning.staged_rule`` leaves it to the other kernels."""
-    go = tuning.staged_rule(plan, element_size)
-    return None if go is None else (staged_params(plan, go), go.blocks, go.smem, "gather" if go.gather else "staged")
-
-
-def _divisor(d: int) -> tuple[int, int]:
-    """(magic, shift) of a division by ``d`` in the staged kernel (``plan.magic_divisor``; shift -1 for 1)."""
-    if d == 1:
-        return 0, -1
-    magic, shift = magic_divisor(d)
-    return magic & 0xFFFFFFFF, shift
-
-
-def _decode(extents, n):
-    """(extents, magics, shifts) of a decode over ``extents``, padded to ``n`` dimensions of extent 1."""
-    extents = tuple(extents) + (1,) * (n - len(extents))
-    pairs = [_divisor(e) for e in extents]
-    return extents, tuple(m for m, _ in pairs), tuple(s for _, s in pairs)
-
-
-def staged_params(plan, go) -> _StagedParams:
-    """The staged kernel's Params for ``plan`` moved in boxes ``go`` (a ``tileflip.staged.StagedLaunch``)."""
-    sizes, in_strides, out_strides = plan.sizes, plan.in_strides, contiguous_strides(plan.sizes)
-    ext, dims, k_run = go.extents, go.dims, go.in_run
-    load = list(range(k_run, len(dims)))
-    run_ext, run_magic, run_shift = _decode(ext[:k_run], 4)
-    load_ext, load_magic, load_shift = _decode([ext[k] for k in load], 3)
-    row_ext, row_magic, row_shift = _decode([ext[k] for k in go.out_rows], 3)
-    orun_ext, orun_magic, orun_shift = _decode([ext[k] for k in go.out_run], 4)
-    # gather: input strides of the dimensions that pick a run (the load dimensions), for its alignment
-    pick = [in_strides[dims[k]] if k >= k_run and go.gather else 0 for k in range(len(dims))]
-    outer = [sizes[d] for d in go.outer]
-    n_ext, n_magic, n_shift = _decode(outer, 6)
-    cut = go.chunk
-    run_len = tuning._product(ext[:k_run])
-    out_len = tuning._product(ext[k] for k in go.out_run)
-    es = go.element_size
-    words = (run_len * es + 15) // 16 + 1
-    owords = (15 + out_len * es + 15) // 16
-    chunk_magic, chunk_shift = _divisor(go.chunks)
-    return _StagedParams(
-        _padded([in_strides[d] for d in go.outer], 6), _padded([out_strides[d] for d in go.outer], 6),
-        in_strides[dims[cut]] if cut >= 0 else 0, out_strides[dims[cut]] if cut >= 0 else 0,
-        _padded([in_strides[dims[k]] for k in load], 3), _padded([out_strides[dims[k]] for k in go.out_rows], 3),
-        _padded([pick[k] for k in go.out_rows], 3),
-        n_ext, n_magic, n_shift,
-        run_ext, _padded(go.smem_strides[:k_run], 4), run_magic, run_shift,
-        load_ext, _padded([go.smem_strides[k] for k in load], 3), load_magic, load_shift,
-        row_ext, _padded([go.smem_strides[k] for k in go.out_rows], 3), row_magic, row_shift,
-        orun_ext, _padded([go.smem_strides[k] for k in go.out_run], 4) if go.gather else (0,) * 4, orun_magic,
-        orun_shift,
-        len(outer), go.chunks, ext[cut] if cut >= 0 else 1, sizes[dims[cut]] if cut >= 0 else 1,
-        chunk_magic, chunk_shift,
-        load.index(cut) if cut in load else -1, go.out_rows.index(cut) if cut in go.out_rows else -1,
-        int(cut >= 0 and cut == k_run - 1), int(cut >= 0 and cut in go.out_run), run_len, out_len,
-        words, owords, _divisor(words)[0], _divisor(owords)[0], _divisor(words)[1], _divisor(owords)[1],
-        tuning._product(load_ext), tuning._product(row_ext), go.pitch,
-        0 if go.gather else go.smem - staged.TRASH_BYTES,
-    )  # fmt: skip
 
 
 @functools.cache
@@ -180,13 +84,10 @@ def available() -> bool:
 
 
 def usable(x: torch.Tensor, plan) -> bool:
-    """Whether this call of ``plan`` takes a CUDA kernel: the staged kernel where its rule takes the plan
-    (``staged_params_of``), or the realigned one where its launch does (``params_of``) and x's address is
-    16-byte aligned (its row pieces are read as aligned 16-byte words); and NVRTC is there (else the
-    Triton kernels run it)."""
-    if staged_params_of(plan, x.element_size()) is not None:
-        return available()
-    return x.element_size() == 1 and x.data_ptr() % 16 == 0 and params_of(plan) is not None and available()
+    """Whether this call of ``plan`` takes the CUDA kernel: the plan's launch does (``params_of``), x's
+    address is 16-byte aligned (its row pieces are read as aligned 16-byte words), and NVRTC is there
+    (else the Triton kernel runs it)."""
+    return x.data_ptr() % 16 == 0 and params_of(plan) is not None and available()
 
 
 class _ThreadArgs(threading.local):
@@ -197,15 +98,10 @@ class _ThreadArgs(threading.local):
         self.x = ctypes.c_uint64()
         self.out = ctypes.c_uint64()
         self.params = _Params()
-        self.staged = _StagedParams()
         self.pointers = (ctypes.c_void_p * 3)(
             ctypes.addressof(self.x), ctypes.addressof(self.out), ctypes.addressof(self.params)
         )
-        self.staged_pointers = (ctypes.c_void_p * 3)(
-            ctypes.addressof(self.x), ctypes.addressof(self.out), ctypes.addressof(self.staged)
-        )
         self.address = ctypes.addressof(self.pointers)
-        self.staged_address = ctypes.addressof(self.staged_pointers)
         self.ready: set = set()
 
 
@@ -213,40 +109,24 @@ _args = _ThreadArgs()
 _handles: dict = {}
 
 
-def kernel_on(device: int, cu_file: Path = CU_FILE, name: str = KERNEL):
-    """The handle of kernel ``name`` of ``cu_file`` on ``device`` (allowed all the dynamic shared memory a
-    block may have there), a context made current on this thread first."""
+def kernel_on(device: int):
     args = _args
     if device not in args.ready:
         with torch.cuda.device(device):
             nvrtc.ensure_context(device)
         args.ready.add(device)
-    key = (device, name)
-    kernel = _handles.get(key)
+    kernel = _handles.get(device)
     if kernel is None:
-        kernel = nvrtc.get_kernel(cu_file, name, device, _arch(device))
-        if cu_file == STAGED_CU_FILE:
-            optin = torch.cuda.get_device_properties(device).shared_memory_per_block_optin
-            nvrtc.allow_dynamic_shared(kernel, optin, device)
-        _handles[key] = kernel
+        kernel = _handles[device] = nvrtc.get_kernel(CU_FILE, KERNEL, device, _arch(device))
     return kernel
 
 
 def launch(x: torch.Tensor, out: torch.Tensor, plan) -> None:
     """Write ``x.permute(...)`` (``plan``) into the contiguous ``out``, for a call that is ``usable``."""
-    device = x.get_device()
-    args = _args
-    staged = staged_params_of(plan, x.element_size())
-    if staged is not None:
-        params, blocks, shared, form = staged
-        kernel = kernel_on(device, STAGED_CU_FILE, f"permute_{form}_{x.element_size()}")
-        args.x.value, args.out.value = x.data_ptr(), out.data_ptr()
-        ctypes.memmove(ctypes.addressof(args.staged), ctypes.addressof(params), ctypes.sizeof(params))
-        nvrtc.launch(kernel, (blocks, 1, 1), (STAGED_THREADS, 1, 1), current_stream(device), args.staged_address,
-                     shared)  # fmt: skip
-        return
     fields, blocks = params_of(plan)
+    device = x.get_device()
     kernel = kernel_on(device)
+    args = _args
     args.x.value, args.out.value = x.data_ptr(), out.data_ptr()
     p = args.params
     for (name, _), value in zip(_Params._fields_, fields):
