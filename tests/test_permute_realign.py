@@ -71,8 +71,8 @@ def _emulated(p, out_address: int) -> torch.Tensor:
     """The input offset of every output byte as the kernel's blocks write it, worked out from the
     launcher's parameters as its blocks do (block order, tiles, row tables, pieces from the row start's
     misalignment); -1 where no block writes, and a byte written twice fails."""
-    fields, blocks = cuda_permute.params_of(p)
-    f = dict(zip((name for name, _ in cuda_permute._Params._fields_), fields))
+    params, blocks = cuda_permute.params_of(p)
+    f = {name: getattr(params, name) for name, _ in cuda_permute._Params._fields_}
     ta, step = tuning.REALIGN_TILE
     a_dec = (f["a_sizes"][: f["na"]], f["a_out"][: f["na"]])
     b_dec = (f["b_sizes"][: f["nb"]], f["b_in"][: f["nb"]])

@@ -466,6 +466,41 @@ def test_cuda_vec_refuses_a_cpu_tensor():
         tileflip.transpose(torch.zeros(16, 3, dtype=torch.int8), backend="cuda-vec")
 
 
+def test_auto_keeps_off_the_cuda_kernels_without_nvrtc(monkeypatch):
+    """The table names CUDA C++ kernels for some classes (cuda-vec, cuda-naive); where cuda-python or NVRTC
+    is missing (the optional extra), 'auto' runs the Triton kernel instead of failing."""
+    from tileflip import ops
+    from tileflip.kernels import nvrtc
+
+    monkeypatch.setattr(nvrtc, "available", lambda: False)
+    assert ops._auto_kernel("cuda-vec", 1, 1, 4096, 0) == "triton"
+    assert ops._auto_kernel("cuda-naive", 4, 1, 100, 0) == "triton"
+    assert ops._auto_kernel("triton-gather", 4, 1, 100, 0) == "triton-gather"
+    monkeypatch.setattr(nvrtc, "available", lambda: True)
+    assert ops._auto_kernel("cuda-vec", 1, 1, 4096, 0) == "cuda-vec"
+    assert ops._auto_kernel("cuda-vec", 1, 1, 4095, 0) == "triton"  # refused: rows not whole 16-byte units
+    assert ops._auto_kernel("cuda-naive", 4, 1, 100, 0) == "cuda-naive"
+
+
+@pytest.mark.gpu
+def test_auto_without_nvrtc_runs_triton_exactly(monkeypatch):
+    from tileflip import ops, tuning
+    from tileflip.kernels import cuda_transpose, nvrtc
+
+    monkeypatch.setattr(nvrtc, "available", lambda: False)
+    monkeypatch.setattr(cuda_transpose, "launch", lambda *a: pytest.fail("a CUDA C++ kernel was launched"))
+    monkeypatch.setattr(cuda_transpose, "direct_launch", lambda *a: pytest.fail("a CUDA C++ kernel was prepared"))
+    assert tuning.auto_for(2048, 4095, 1, 4095) == "cuda-vec" and tuning.auto_for(100000, 8, 4, 8) == "cuda-naive"
+    ops._prepared.clear()
+    try:
+        for shape, dtype in [((2048, 4095), torch.int8), ((100000, 8), torch.float32)]:  # cuda-vec, cuda-naive
+            x = random_bits(shape, dtype, "cuda", seed=4)
+            for _ in range(2):  # the checked path, then the prepared one
+                assert_bits_equal(tileflip.transpose(x), x.t())
+    finally:
+        ops._prepared.clear()
+
+
 @pytest.mark.gpu
 def test_cuda_vec_refusals_and_auto_fallback(monkeypatch):
     """backend='cuda-vec' refuses what it cannot take with the reason; 'auto' sends a 1-byte unaligned

@@ -60,9 +60,15 @@ def vec_refusal(element_size: int, sxn: int, M: int, out_address: int) -> str | 
 
 def _auto_kernel(chosen: str, element_size: int, sxn: int, M: int, out_address: int) -> str:
     """The kernel ``auto`` runs once the table has named ``chosen``: the Triton kernel where the table
-    names cuda-vec for a call that kernel cannot take."""
-    if chosen == "cuda-vec" and vec_refusal(element_size, sxn, M, out_address) is not None:
-        return "triton"
+    names cuda-vec for a call that kernel cannot take, or a CUDA C++ kernel where those cannot run (no
+    cuda-python or NVRTC: the optional extra ``tileflip[cuda]``)."""
+    if chosen in CUDA_BACKENDS:
+        from tileflip.kernels import nvrtc
+
+        if not nvrtc.available():
+            return "triton"
+        if chosen == "cuda-vec" and vec_refusal(element_size, sxn, M, out_address) is not None:
+            return "triton"
     return chosen
 
 _triton_module = None

@@ -45,8 +45,8 @@ def compile_cubin(arch: int = 90, *, use_cache: bool = True) -> dict[str, bytes]
 
 
 @functools.lru_cache(maxsize=256)
-def params_of(plan) -> tuple[tuple, int] | None:
-    """(the kernel's Params as a tuple of field values, blocks) of ``plan``, or None where
+def params_of(plan) -> tuple[_Params, int] | None:
+    """(the kernel's Params, filled once per plan, blocks) of ``plan``, or None where
     ``tuning.realign_launch`` leaves it to the Triton kernels (or a decode has more dimensions than the
     kernel holds)."""
     go = tuning.realign_launch(plan, 1)
@@ -70,24 +70,14 @@ def params_of(plan) -> tuple[tuple, int] | None:
     fields = (size_a, size_b, tiles_a, tiles_b, len(a[0]), len(b[0]), len(n[0]), 0,
               padded(a[0], 4), padded(a[1], 4), padded(b[0], 4), padded(b[1], 4),
               padded(n[0], 6), padded(n[1], 6), padded(n[2], 6))  # fmt: skip
-    return fields, blocks
-
-
-@functools.cache
-def available() -> bool:
-    """Whether cuda-python and NVRTC are installed (the optional extra ``tileflip[cuda]``)."""
-    try:
-        nvrtc.nvrtc_version()
-    except ImportError:
-        return False
-    return True
+    return _Params(*fields), blocks
 
 
 def usable(x: torch.Tensor, plan) -> bool:
     """Whether this call of ``plan`` takes the CUDA kernel: the plan's launch does (``params_of``), x's
     address is 16-byte aligned (its row pieces are read as aligned 16-byte words), and NVRTC is there
     (else the Triton kernel runs it)."""
-    return x.data_ptr() % 16 == 0 and params_of(plan) is not None and available()
+    return x.data_ptr() % 16 == 0 and params_of(plan) is not None and nvrtc.available()
 
 
 class _ThreadArgs(threading.local):
@@ -102,6 +92,7 @@ class _ThreadArgs(threading.local):
             ctypes.addressof(self.x), ctypes.addressof(self.out), ctypes.addressof(self.params)
         )
         self.address = ctypes.addressof(self.pointers)
+        self.params_address = ctypes.addressof(self.params)
         self.ready: set = set()
 
 
@@ -123,15 +114,10 @@ def kernel_on(device: int):
 
 def launch(x: torch.Tensor, out: torch.Tensor, plan) -> None:
     """Write ``x.permute(...)`` (``plan``) into the contiguous ``out``, for a call that is ``usable``."""
-    fields, blocks = params_of(plan)
+    params, blocks = params_of(plan)
     device = x.get_device()
     kernel = kernel_on(device)
     args = _args
     args.x.value, args.out.value = x.data_ptr(), out.data_ptr()
-    p = args.params
-    for (name, _), value in zip(_Params._fields_, fields):
-        if isinstance(value, tuple):
-            getattr(p, name)[:] = value
-        else:
-            setattr(p, name, value)
+    ctypes.memmove(args.params_address, ctypes.addressof(params), ctypes.sizeof(_Params))
     nvrtc.launch(kernel, (blocks, 1, 1), (THREADS, 1, 1), current_stream(device), args.address)

@@ -90,6 +90,22 @@ def nvrtc_version() -> tuple[int, int]:
     return _check("nvrtcVersion", result)
 
 
+_available = None
+
+
+def available() -> bool:
+    """Whether cuda-python and NVRTC are installed (the optional extra ``tileflip[cuda]``): the CUDA C++
+    kernels can be compiled and launched. Asked once per process."""
+    global _available
+    if _available is None:
+        try:
+            nvrtc_version()
+            _available = True
+        except ImportError:
+            _available = False
+    return _available
+
+
 def compile_options(arch: int, extra=()) -> list[str]:
     return [f"--gpu-architecture=sm_{int(arch)}", *BASE_OPTIONS, *extra]
 
