@@ -22,10 +22,8 @@ tiles only, 0 to transposed tiles only; ``area`` above 1 doubles the smaller sid
 and warps), ``vrun`` / ``vrunall`` / ``evict`` / ``magic`` (0 or 1: ``tuning.VECTOR_RUNS`` /
 ``VECTOR_RUNS_TILE_ALL`` / ``PERMUTE_EVICT_LAST`` / ``PERMUTE_MAGIC``), ``aout`` (0 or 1:
 ``tuning.FOLD_A_OUTPUT_ORDER``), ``realign`` (0 or 1: ``tuning.REALIGN_STORES``, the CUDA kernel
-for 1-byte rows off any boundary), ``staged`` / ``stall`` / ``smax`` (``tuning.STAGED``, ``STAGED_ALL``:
-every plan with a box takes the staged kernel, ``STAGED_MAX_VECTOR``), ``ssmem`` / ``smin``
-(``staged.SMEM_BYTES`` / ``MIN_RUN_BYTES``), ``t2dmin`` (``plan.TRANSPOSE2D_MIN_BYTES``: a large value sends
-2-D permutes to the tile kernel instead of the 2-D transpose kernel).
+for 1-byte rows off any boundary), ``t2dmin`` (``plan.TRANSPOSE2D_MIN_BYTES``: a large value sends 2-D permutes
+to the tile kernel instead of the 2-D transpose kernel).
 Prints one line per case and a summary per variant. ``PERMUTE_CASES`` (space-separated pieces of case
 labels, e.g. ``"23x21x112 1792x50"``) keeps only the cases whose label contains one of them;
 ``PERMUTE_EXTRA`` (``DTYPE:AxBxC:p,q,r ...``) adds cases of its own.
@@ -39,7 +37,7 @@ import sys
 import torch
 
 import tileflip
-from tileflip import bench, ops, plan, staged, timing, tuning
+from tileflip import bench, ops, plan, timing, tuning
 from tileflip.kernels import cuda_permute, triton_permute
 
 BASE_CONFIG = tuning.permute_config
@@ -60,14 +58,12 @@ SCALARS = {
     "short": ("SHORT_RUN_BYTES", int), "off32": ("OFFSETS32_RULE", bool), "vrun": ("VECTOR_RUNS", bool),
     "vrunall": ("VECTOR_RUNS_TILE_ALL", bool), "evict": ("PERMUTE_EVICT_LAST", bool),
     "magic": ("PERMUTE_MAGIC", bool), "aout": ("FOLD_A_OUTPUT_ORDER", bool), "regcap": ("REGISTER_CAP", int),
-    "capall": ("REGISTER_CAP_ALL", bool), "realign": ("REALIGN_STORES", bool), "staged": ("STAGED", bool),
-    "stall": ("STAGED_ALL", bool), "smax": ("STAGED_MAX_VECTOR", int),
+    "capall": ("REGISTER_CAP_ALL", bool), "realign": ("REALIGN_STORES", bool),
 }  # fmt: skip
 DEFAULTS = {key: getattr(tuning, attr) for key, (attr, _) in SCALARS.items()}
 # The 2-D table's large-class tiles (area and warps; the permute kernel has its own order and orientation).
 TABLE_TILES = {es: tuning._config(es, "large") for es in (1, 2, 4, 8)}
 TRANSPOSE2D_MIN_BYTES = plan.TRANSPOSE2D_MIN_BYTES
-STAGED_SMEM, STAGED_MIN_RUN = staged.SMEM_BYTES, staged.MIN_RUN_BYTES
 
 
 def parse(spec: str) -> tuple[str, dict]:
@@ -95,8 +91,6 @@ def apply(opts: dict) -> None:
     tuning.WIDE_LOAD_A_FAST = WIDE_LOAD_A_FAST if opts.get("wafast", 1) else frozenset()
     tuning.WIDE_LOAD_OFFSETS64 = WIDE_LOAD_OFFSETS64 if opts.get("wl64", 1) else frozenset()
     plan.TRANSPOSE2D_MIN_BYTES = int(opts.get("t2dmin", TRANSPOSE2D_MIN_BYTES))
-    staged.SMEM_BYTES = int(opts.get("ssmem", STAGED_SMEM))
-    staged.MIN_RUN_BYTES = int(opts.get("smin", STAGED_MIN_RUN))
     ops._plan_permute.cache_clear()  # plans (their kinds) are cached per call's arguments
     if one_step:  # one narrow step for every vector under 16 bytes
         halvings, warps = int(opts.get("nhalve", 1)), int(opts.get("nwarps", 8))
@@ -131,7 +125,6 @@ def apply(opts: dict) -> None:
         tuning.permute_config = config
     triton_permute.clear_cache()
     cuda_permute.params_of.cache_clear()
-    cuda_permute.staged_params_of.cache_clear()
 
 
 def main(out_path: str, specs: list[str]) -> None:

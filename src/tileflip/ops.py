@@ -513,15 +513,14 @@ _plan_permute = lru_cache(maxsize=256)(plan.plan_permute)  # a call's arguments 
 
 def _run_permute(x, out, p, auto: bool = False) -> None:
     """Run plan ``p``: the 2-D transpose kernel, the Triton permute kernels, or (``auto`` only, on the
-    launches ``tuning.staged_rule`` and ``tuning.realign_launch`` give them) the CUDA kernels that move a
-    box through shared memory or realign 1-byte output rows."""
+    launches ``tuning.realign_launch`` gives it) the CUDA kernel that realigns 1-byte output rows."""
     if p.kind == "transpose2d":
         # Output (s0, s1) contiguous is the transpose of the input seen as (s1, s0) with swapped strides.
         (s0, s1), (st0, st1) = p.sizes, p.in_strides
         x2 = x.as_strided((s1, s0), (st1, st0), x.storage_offset())
         _triton().launch(x2, out.view(s0, s1), tuning.triton_config(x.element_size(), (s1, s0), st1))
         return
-    if auto and x.is_cuda:
+    if auto and x.element_size() == 1 and x.is_cuda:
         from tileflip.kernels import cuda_permute
 
         if cuda_permute.usable(x, p):

@@ -18,7 +18,6 @@ from functools import lru_cache
 from pathlib import Path
 from typing import NamedTuple
 
-from tileflip import staged
 from tileflip.plan import cdiv, contiguous_strides
 
 TABLE_FILE = Path(__file__).with_name("data") / "tuning-h200.json"
@@ -643,32 +642,6 @@ def realign_launch(p, element_size: int) -> PermuteLaunch | None:
     if any(in_strides[d] % VECTOR_BYTES for d in (*go.b_dims, *go.batch_dims)):
         return None
     return go if max(size_a, size_b) < 2**31 and realign_grid(sizes, go)[2] < 2**31 else None
-
-
-# Staged permutes (``staged_rule``, the CUDA kernel of kernels/cuda/permute_staged.cu, on
-# ``backend="auto"``): a box of the tensor over several dimensions moved through shared memory, read as
-# whole input runs and written as whole output runs (tileflip.staged), where the tile kernel's 2-D tile
-# moves short pieces on one side. STAGED_ALL (experiments) takes every plan that has a box.
-STAGED = True
-STAGED_ALL = False
-STAGED_MAX_VECTOR = 8  # the tile launch's narrower side moves at most this many bytes a lane
-
-
-def staged_rule(p, element_size: int):
-    """The ``tileflip.staged.StagedLaunch`` of plan ``p`` where the staged CUDA kernel takes it (STAGED),
-    else None: a ``tiles`` plan with a box (``staged.staged_launch``) whose tile launch moves at most
-    STAGED_MAX_VECTOR bytes a lane on its narrower side, and that the realigned-store kernel does not take."""
-    if not STAGED or p.kind != "tiles" or element_size not in (1, 2, 4, 8):
-        return None
-    go = staged.staged_launch(p, element_size)
-    if go is None or go.blocks >= 2**31:
-        return None
-    if STAGED_ALL:
-        return go
-    tile = permute_launch(p, element_size)
-    if tile.flat or min(tile.vec) * element_size > STAGED_MAX_VECTOR or realign_launch(p, element_size):
-        return None
-    return go
 
 
 def realign_grid(sizes, go: PermuteLaunch) -> tuple[int, int, int]:

@@ -226,22 +226,12 @@ def get_kernel(path, name: str, device: int, arch: int):
         return _kernels[key]
 
 
-def allow_dynamic_shared(kernel, nbytes: int, device: int) -> None:
-    """Let ``kernel`` (a handle from ``get_kernel``) take ``nbytes`` of dynamic shared memory on ``device``
-    (past 48 KiB a kernel must ask for it)."""
-    driver, _ = _bindings()
-    attribute = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
-    dev = _check("cuDeviceGet", driver.cuDeviceGet(device))
-    _check("cuKernelSetAttribute", driver.cuKernelSetAttribute(attribute, nbytes, driver.CUkernel(int(kernel)), dev))
-
-
-def launch(kernel, grid: tuple, block: tuple, stream: int, params: int, shared: int = 0) -> None:
-    """Launch ``kernel`` on ``stream`` (a raw ``cudaStream_t`` value, 0 for the legacy default stream) with
-    ``shared`` bytes of dynamic shared memory. ``params`` is the address of an array of pointers to the
-    argument values (the ``void**`` of cuLaunchKernel), laid out by the caller once, so nothing is packed
-    per call."""
+def launch(kernel, grid: tuple, block: tuple, stream: int, params: int) -> None:
+    """Launch ``kernel`` on ``stream`` (a raw ``cudaStream_t`` value, 0 for the legacy default stream).
+    ``params`` is the address of an array of pointers to the argument values (the ``void**`` of
+    cuLaunchKernel), laid out by the caller once, so nothing is packed per call."""
     driver = _driver_module or _bindings()[0]
-    (status,) = driver.cuLaunchKernel(kernel, grid[0], grid[1], grid[2], block[0], block[1], block[2], shared,
-                                      stream, params, 0)  # fmt: skip
+    (status,) = driver.cuLaunchKernel(kernel, grid[0], grid[1], grid[2], block[0], block[1], block[2], 0, stream,
+                                      params, 0)  # fmt: skip
     if status:
         _check("cuLaunchKernel", (status,))
