@@ -1,0 +1,87 @@
+"""Experiment (session 17): the staged permute with every size compiled in, on bf16 (32,48,47,18,10,3) by
+(0,4,1,3,5,2), beside the library's kernel for it (the Triton tile) and a copy of the same bytes, timed
+interleaved (``tileflip.timing``); each variant's bits are checked on a poisoned output first.
+
+``python benchmarks/staged_specialized.py OUT.json [NAME:DEFINE=V,... ...]`` (GPU, cuda-python); a variant
+sets ``staged_specialized.cu``'s macros (``SWZ``: the shared chunks' swizzle, ``MAPB``: threads across rows
+first). The library's run-time-addressed staged kernels were measured and removed (README, session 17);
+this asks whether compile-time places change that.
+"""
+
+import ctypes
+import json
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+
+import tileflip
+from tileflip import timing
+from tileflip.kernels import nvrtc
+from tileflip.kernels.triton_common import current_stream
+
+CU = Path(__file__).with_name("staged_specialized.cu")
+SHAPE, DIMS = (32, 48, 47, 18, 10, 3), (0, 4, 1, 3, 5, 2)
+DEFAULT = ["plain:", "rows:MAPB=1", "swz7:SWZ=7", "swz9:SWZ=9", "swz9rows:SWZ=9,MAPB=1", "swz11:SWZ=11"]
+
+
+def kernel_of(options: list[str]):
+    driver, _ = nvrtc._bindings()
+    nvrtc.ensure_context(torch.cuda.current_device())
+    cubin = nvrtc.compile_cubin(CU, 90, extra_options=options)
+    library = nvrtc._check("cuLibraryLoadData", driver.cuLibraryLoadData(cubin, [], [], 0, [], [], 0))
+    handle = nvrtc._check("cuLibraryGetKernel", driver.cuLibraryGetKernel(library, b"staged_bf16"))
+    kernel = driver.CUfunction(int(handle))
+    optin = torch.cuda.get_device_properties(0).shared_memory_per_block_optin
+    nvrtc.allow_dynamic_shared(kernel, optin, torch.cuda.current_device())
+    return kernel
+
+
+def main(out_path: str, specs: list[str]) -> None:
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    n = 1
+    for s in SHAPE:
+        n *= s
+    x = torch.randint(1, 255, (2 * n,), device="cuda", dtype=torch.uint8, generator=gen).view(torch.bfloat16)
+    x = x.view(SHAPE)
+    ref = x.permute(DIMS).contiguous()
+    out = torch.empty_like(ref)
+    src = torch.empty_like(ref)
+    slice_words = (15 + 2 * SHAPE[2] * SHAPE[3] * SHAPE[4] * SHAPE[5] + 15) // 16
+    shared = -(-slice_words * 16 // 128) * 128  # the swizzle stays within 128-byte groups
+    blocks = SHAPE[0] * SHAPE[1]
+    args = [ctypes.c_uint64(x.data_ptr()), ctypes.c_uint64(out.data_ptr())]
+    pointers = (ctypes.c_void_p * 2)(*[ctypes.addressof(a) for a in args])
+    fns = [("copy", lambda: out.copy_(src)), ("tileflip", lambda: tileflip.permute(x, DIMS, out))]
+    exact = {}
+    for spec in specs or DEFAULT:
+        name, _, rest = spec.partition(":")
+        options = [f"-D{kv}" for kv in rest.split(",") if kv]
+        kernel = kernel_of(options)
+
+        def run(kernel=kernel):
+            nvrtc.launch(kernel, (blocks, 1, 1), (256, 1, 1), current_stream(0), ctypes.addressof(pointers), shared)
+
+        out.view(torch.uint8).fill_(0xA5)
+        run()
+        torch.cuda.synchronize()
+        exact[name] = torch.equal(out.view(torch.uint8), ref.view(torch.uint8))
+        fns.append((name, run))
+    times = {name: [] for name, _ in fns}
+    for _ in range(3):
+        for name, fn in fns:
+            times[name].append(timing.summarize(timing.device_times(fn, reps=20))[0])
+    copy_ms = statistics.median(times["copy"])
+    records = []
+    for name, _ in fns[1:]:
+        ms = statistics.median(times[name])
+        records.append({"variant": name, "ms": ms, "copy_ms": copy_ms, "fraction_of_copy": copy_ms / ms,
+                        "exact": exact.get(name, True), "rounds_ms": times[name]})  # fmt: skip
+        print(f"{name:12s} {copy_ms / ms:.3f} of copy ({ms * 1e3:.1f} us){'' if exact.get(name, True) else ' INEXACT'}")
+    Path(out_path).write_text(json.dumps({"gpu": torch.cuda.get_device_name(), "shape": SHAPE, "dims": DIMS,
+                                          "records": records}, indent=1))  # fmt: skip
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2:])
