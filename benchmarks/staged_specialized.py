@@ -32,10 +32,11 @@ def kernel_of(options: list[str]):
     cubin = nvrtc.compile_cubin(CU, 90, extra_options=options)
     library = nvrtc._check("cuLibraryLoadData", driver.cuLibraryLoadData(cubin, [], [], 0, [], [], 0))
     handle = nvrtc._check("cuLibraryGetKernel", driver.cuLibraryGetKernel(library, b"staged_bf16"))
-    kernel = driver.CUfunction(int(handle))
     optin = torch.cuda.get_device_properties(0).shared_memory_per_block_optin
-    nvrtc.allow_dynamic_shared(kernel, optin, torch.cuda.current_device())
-    return kernel
+    attribute = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+    dev = nvrtc._check("cuDeviceGet", driver.cuDeviceGet(torch.cuda.current_device()))
+    nvrtc._check("cuKernelSetAttribute", driver.cuKernelSetAttribute(attribute, optin, handle, dev))
+    return driver.CUfunction(int(handle))
 
 
 def main(out_path: str, specs: list[str]) -> None:
