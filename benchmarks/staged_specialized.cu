@@ -6,7 +6,7 @@
 // bits 4-6 XOR bits SWZ..SWZ+2 of the address, 0 for none), then each output word of the D4 rows of
 // D3 x D5 x D2 elements gathered element by element (MAPB: consecutive threads take consecutive rows
 // rather than consecutive words of a row) and stored as an aligned 16-byte word, byte by byte at a row's
-// ends. No header is included (NVRTC).
+// ends; U: words a thread loads before storing them. No header is included (NVRTC).
 
 typedef unsigned char u8;
 typedef unsigned short u16;
@@ -34,6 +34,9 @@ typedef unsigned long long u64;
 #ifndef MAPB
 #define MAPB 0
 #endif
+#ifndef U
+#define U 4
+#endif
 
 constexpr int SLICE = D2 * D3 * D4 * D5;  // elements of a block's input slice
 constexpr int ROW = D3 * D5 * D2;         // elements of an output run
@@ -56,14 +59,14 @@ extern "C" __global__ void __launch_bounds__(256) staged_bf16(const u8* __restri
     const int mis = static_cast<int>(reinterpret_cast<u64>(g) & 15);
     const uint4* src = reinterpret_cast<const uint4*>(g - mis);
     const int n = (mis + SLICE * 2 + 15) / 16;
-    for (int w = threadIdx.x; w < n; w += THREADS * 4) {
-        uint4 v[4];
+    for (int w = threadIdx.x; w < n; w += THREADS * U) {
+        uint4 v[U];
 #pragma unroll
-        for (int u = 0; u < 4; ++u) {
+        for (int u = 0; u < U; ++u) {
             if (w + u * THREADS < n) v[u] = src[w + u * THREADS];
         }
 #pragma unroll
-        for (int u = 0; u < 4; ++u) {
+        for (int u = 0; u < U; ++u) {
             if (w + u * THREADS < n) *reinterpret_cast<uint4*>(sm + swz(16 * (w + u * THREADS))) = v[u];
         }
     }

@@ -4,7 +4,7 @@ interleaved (``tileflip.timing``); each variant's bits are checked on a poisoned
 
 ``python benchmarks/staged_specialized.py OUT.json [NAME:DEFINE=V,... ...]`` (GPU, cuda-python); a variant
 sets ``staged_specialized.cu``'s macros (``SWZ``: the shared chunks' swizzle, ``MAPB``: threads across rows
-first). The library's run-time-addressed staged kernels were measured and removed (README, session 17);
+first, ``U``: words a thread loads at once). The library's run-time-addressed staged kernels were measured and removed (README, session 17);
 this asks whether compile-time places change that.
 """
 
@@ -23,7 +23,7 @@ from tileflip.kernels.triton_common import current_stream
 
 CU = Path(__file__).with_name("staged_specialized.cu")
 SHAPE, DIMS = (32, 48, 47, 18, 10, 3), (0, 4, 1, 3, 5, 2)
-DEFAULT = ["plain:", "rows:MAPB=1", "swz7:SWZ=7", "swz9:SWZ=9", "swz9rows:SWZ=9,MAPB=1", "swz11:SWZ=11"]
+DEFAULT = ["plain:", "rows:MAPB=1", "swz7:SWZ=7", "swz9:SWZ=9", "swz9rows:SWZ=9,MAPB=1", "swz11:SWZ=11"]  # run 9
 
 
 def kernel_of(options: list[str]):
