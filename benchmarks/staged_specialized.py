@@ -4,8 +4,8 @@ interleaved (``tileflip.timing``); each variant's bits are checked on a poisoned
 
 ``python benchmarks/staged_specialized.py OUT.json [NAME:DEFINE=V,... ...]`` (GPU, cuda-python); a variant
 sets ``staged_specialized.cu``'s macros (``SWZ``: the shared chunks' swizzle, ``MAPB``: threads across
-rows first, ``U``: words a thread loads at once). The library's run-time-addressed staged kernels were measured and removed (README, session 17);
-this asks whether compile-time places change that.
+rows first, ``U``: words a thread loads at once). The library's run-time-addressed staged kernels were
+measured and removed (README, session 17); this asks whether compile-time places change that.
 """
 
 import ctypes
