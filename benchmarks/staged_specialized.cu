@@ -37,6 +37,9 @@ typedef unsigned long long u64;
 #ifndef U
 #define U 4
 #endif
+#ifndef NC
+#define NC 0  // 0: a block's slice as one run; k > 0: D3 cut in k chunks, a block's input as D2 runs
+#endif
 
 constexpr int SLICE = D2 * D3 * D4 * D5;  // elements of a block's input slice
 constexpr int ROW = D3 * D5 * D2;         // elements of an output run
@@ -50,6 +53,7 @@ __device__ __forceinline__ int swz(int b) {
 #endif
 }
 
+#if NC == 0
 extern "C" __global__ void __launch_bounds__(256) staged_bf16(const u8* __restrict__ in, u8* __restrict__ out) {
     extern __shared__ uint4 shared_words[];
     u8* const sm = reinterpret_cast<u8*>(shared_words);
@@ -104,3 +108,71 @@ extern "C" __global__ void __launch_bounds__(256) staged_bf16(const u8* __restri
         }
     }
 }
+#else
+// D3 cut in NC chunks of D3C: a block takes (d0, d1, chunk): D2 input runs of D3C x D4 x D5 elements, each
+// run's window in a slot of P bytes (its own misalignment: runs are D3 x D4 x D5 elements apart), and
+// D4 output runs of D3C x D5 x D2 elements.
+constexpr int D3C = D3 / NC;
+constexpr int RUN = D3C * D4 * D5;                 // elements of an input run
+constexpr int RSTEP = D3 * D4 * D5 * 2;            // bytes between input runs (d2)
+constexpr int P = ((RUN * 2 + 15) / 16 + 1) * 16;  // bytes of a slot
+constexpr int WR = P / 16;
+constexpr int ROWC = D3C * D5 * D2;                // elements of an output run
+
+extern "C" __global__ void __launch_bounds__(256) staged_bf16(const u8* __restrict__ in, u8* __restrict__ out) {
+    extern __shared__ uint4 shared_words[];
+    u8* const sm = reinterpret_cast<u8*>(shared_words);
+    const int c = blockIdx.x % NC, d01 = blockIdx.x / NC;
+    const int d0 = d01 / D1, d1 = d01 % D1;
+    const u8* const g0 = in + (static_cast<long long>(d01) * SLICE + c * D3C * D4 * D5) * 2;
+    const int mis0 = static_cast<int>(reinterpret_cast<u64>(g0) & 15);
+    for (int i = threadIdx.x; i < D2 * WR; i += THREADS * U) {
+        uint4 v[U];
+        int at[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const int item = i + u * THREADS;
+            const int r = item / WR, w = item % WR;
+            const int mis = (mis0 + r * RSTEP) & 15;
+            at[u] = -1;
+            if (item < D2 * WR && 16 * w < mis + RUN * 2) {
+                v[u] = *reinterpret_cast<const uint4*>(g0 + static_cast<long long>(r) * RSTEP - mis + 16 * w);
+                at[u] = r * P + 16 * w;
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            if (at[u] >= 0) *reinterpret_cast<uint4*>(sm + swz(at[u])) = v[u];
+        }
+    }
+    __syncthreads();
+    constexpr int W = (15 + ROWC * 2 + 15) / 16;
+    for (int item = threadIdx.x; item < D4 * W; item += THREADS) {
+        const int w = item % W, d4 = item / W;
+        const long long rs = (static_cast<long long>(d0 * D4 + d4) * D1 + d1) * ROW + c * ROWC;
+        u8* const rowp = out + rs * 2;
+        const int m = static_cast<int>(reinterpret_cast<u64>(rowp) & 15);
+        const int first = 16 * w - m;
+        if (first >= ROWC * 2) continue;
+        u32 acc[4] = {0, 0, 0, 0};
+#pragma unroll
+        for (int s = 0; s < 8; ++s) {
+            const int p = (first >> 1) + s;
+            const int pp = p >= 0 && p < ROWC ? p : 0;
+            const int d2 = pp % D2, t = pp / D2, d5 = t % D5, d3 = t / D5;
+            const int place = d2 * P + ((mis0 + d2 * RSTEP) & 15) + 2 * (d3 * (D4 * D5) + d4 * D5 + d5);
+            const u32 val = *reinterpret_cast<const u16*>(sm + swz(place));
+            acc[s >> 1] |= val << (16 * (s & 1));
+        }
+        u8* const dst = rowp - m + 16 * w;
+        if (first >= 0 && first + 16 <= ROWC * 2) {
+            *reinterpret_cast<uint4*>(dst) = make_uint4(acc[0], acc[1], acc[2], acc[3]);
+        } else {
+#pragma unroll
+            for (int s = 0; s < 16; ++s) {
+                if (first + s >= 0 && first + s < ROWC * 2) dst[s] = static_cast<u8>(acc[s >> 2] >> (8 * (s & 3)));
+            }
+        }
+    }
+}
+#endif

@@ -4,8 +4,9 @@ interleaved (``tileflip.timing``); each variant's bits are checked on a poisoned
 
 ``python benchmarks/staged_specialized.py OUT.json [NAME:DEFINE=V,... ...]`` (GPU, cuda-python); a variant
 sets ``staged_specialized.cu``'s macros (``SWZ``: the shared chunks' swizzle, ``MAPB``: threads across
-rows first, ``U``: words a thread loads at once). The library's run-time-addressed staged kernels were
-measured and removed (README, session 17); this asks whether compile-time places change that.
+rows first, ``U``: words a thread loads at once, ``NC``: D3 cut in NC chunks, a block's input as D2
+runs). The library's run-time-addressed staged kernels were measured and removed (README, session 17);
+this asks whether compile-time places change that.
 """
 
 import ctypes
@@ -50,8 +51,6 @@ def main(out_path: str, specs: list[str]) -> None:
     out = torch.empty_like(ref)
     src = torch.empty_like(ref)
     slice_words = (15 + 2 * SHAPE[2] * SHAPE[3] * SHAPE[4] * SHAPE[5] + 15) // 16
-    shared = -(-slice_words * 16 // 128) * 128  # the swizzle stays within 128-byte groups
-    blocks = SHAPE[0] * SHAPE[1]
     args = [ctypes.c_uint64(x.data_ptr()), ctypes.c_uint64(out.data_ptr())]
     pointers = (ctypes.c_void_p * 2)(*[ctypes.addressof(a) for a in args])
     fns = [("copy", lambda: out.copy_(src)), ("tileflip", lambda: tileflip.permute(x, DIMS, out))]
@@ -61,8 +60,14 @@ def main(out_path: str, specs: list[str]) -> None:
         name, _, rest = spec.partition(":")
         options = [f"-D{kv}" for kv in rest.split(",") if kv]
         kernel = kernel_of(options)
+        nc = int(dict(kv.split("=") for kv in rest.split(",") if kv).get("NC", 0))
+        if nc:  # D2 slots of a D3 / NC chunk's run window each
+            slot = ((2 * SHAPE[3] // nc * SHAPE[4] * SHAPE[5] + 15) // 16 + 1) * 16
+            shared, blocks = -(-SHAPE[2] * slot // 128) * 128, SHAPE[0] * SHAPE[1] * nc
+        else:  # the swizzle stays within 128-byte groups
+            shared, blocks = -(-slice_words * 16 // 128) * 128, SHAPE[0] * SHAPE[1]
 
-        def run(kernel=kernel):
+        def run(kernel=kernel, shared=shared, blocks=blocks):
             (status,) = driver.cuLaunchKernel(kernel, blocks, 1, 1, 256, 1, 1, shared, current_stream(0),
                                               ctypes.addressof(pointers), 0)  # fmt: skip
             assert int(status) == 0, status
