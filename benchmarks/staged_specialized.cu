@@ -53,6 +53,19 @@ __device__ __forceinline__ int swz(int b) {
 #endif
 }
 
+// An aligned output word whose first byte is byte `first` of a run of `bytes`: whole, or byte by byte
+// where it passes either end of the run.
+__device__ __forceinline__ void store_word(u8* dst, const u32 (&acc)[4], int first, int bytes) {
+    if (first >= 0 && first + 16 <= bytes) {
+        *reinterpret_cast<uint4*>(dst) = make_uint4(acc[0], acc[1], acc[2], acc[3]);
+    } else {
+#pragma unroll
+        for (int s = 0; s < 16; ++s) {
+            if (first + s >= 0 && first + s < bytes) dst[s] = static_cast<u8>(acc[s >> 2] >> (8 * (s & 3)));
+        }
+    }
+}
+
 #if NC == 0
 extern "C" __global__ void __launch_bounds__(256) staged_bf16(const u8* __restrict__ in, u8* __restrict__ out) {
     extern __shared__ uint4 shared_words[];
@@ -97,15 +110,7 @@ extern "C" __global__ void __launch_bounds__(256) staged_bf16(const u8* __restri
             const u32 val = *reinterpret_cast<const u16*>(sm + swz(place));
             acc[s >> 1] |= val << (16 * (s & 1));
         }
-        u8* const dst = rowp - m + 16 * w;
-        if (first >= 0 && first + 16 <= ROW * 2) {
-            *reinterpret_cast<uint4*>(dst) = make_uint4(acc[0], acc[1], acc[2], acc[3]);
-        } else {
-#pragma unroll
-            for (int s = 0; s < 16; ++s) {
-                if (first + s >= 0 && first + s < ROW * 2) dst[s] = static_cast<u8>(acc[s >> 2] >> (8 * (s & 3)));
-            }
-        }
+        store_word(rowp - m + 16 * w, acc, first, ROW * 2);
     }
 }
 #else
@@ -164,15 +169,7 @@ extern "C" __global__ void __launch_bounds__(256) staged_bf16(const u8* __restri
             const u32 val = *reinterpret_cast<const u16*>(sm + swz(place));
             acc[s >> 1] |= val << (16 * (s & 1));
         }
-        u8* const dst = rowp - m + 16 * w;
-        if (first >= 0 && first + 16 <= ROWC * 2) {
-            *reinterpret_cast<uint4*>(dst) = make_uint4(acc[0], acc[1], acc[2], acc[3]);
-        } else {
-#pragma unroll
-            for (int s = 0; s < 16; ++s) {
-                if (first + s >= 0 && first + s < ROWC * 2) dst[s] = static_cast<u8>(acc[s >> 2] >> (8 * (s & 3)));
-            }
-        }
+        store_word(rowp - m + 16 * w, acc, first, ROWC * 2);
     }
 }
 #endif
