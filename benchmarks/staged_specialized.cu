@@ -66,6 +66,35 @@ __device__ __forceinline__ void store_word(u8* dst, const u32 (&acc)[4], int fir
     }
 }
 
+// The D4 output runs of LEN elements a block writes (each at `offset` elements into its row of ROW), every
+// aligned word gathered from shared memory: element (d2, d3, d4, d5) at byte place(d2, d3, d4, d5).
+template <int LEN, typename Place>
+__device__ __forceinline__ void gather_rows(const u8* sm, u8* out, int d0, int d1, int offset, Place place) {
+    constexpr int W = (15 + LEN * 2 + 15) / 16;
+    for (int item = threadIdx.x; item < D4 * W; item += THREADS) {
+#if MAPB
+        const int d4 = item % D4, w = item / D4;
+#else
+        const int w = item % W, d4 = item / W;
+#endif
+        const long long rs = (static_cast<long long>(d0 * D4 + d4) * D1 + d1) * ROW + offset;
+        u8* const rowp = out + rs * 2;
+        const int m = static_cast<int>(reinterpret_cast<u64>(rowp) & 15);
+        const int first = 16 * w - m;
+        if (first >= LEN * 2) continue;
+        u32 acc[4] = {0, 0, 0, 0};
+#pragma unroll
+        for (int s = 0; s < 8; ++s) {
+            const int p = (first >> 1) + s;
+            const int pp = p >= 0 && p < LEN ? p : 0;
+            const int d2 = pp % D2, t = pp / D2, d5 = t % D5, d3 = t / D5;
+            const u32 val = *reinterpret_cast<const u16*>(sm + swz(place(d2, d3, d4, d5)));
+            acc[s >> 1] |= val << (16 * (s & 1));
+        }
+        store_word(rowp - m + 16 * w, acc, first, LEN * 2);
+    }
+}
+
 #if NC == 0
 extern "C" __global__ void __launch_bounds__(256) staged_bf16(const u8* __restrict__ in, u8* __restrict__ out) {
     extern __shared__ uint4 shared_words[];
@@ -88,30 +117,9 @@ extern "C" __global__ void __launch_bounds__(256) staged_bf16(const u8* __restri
         }
     }
     __syncthreads();
-    constexpr int W = (15 + ROW * 2 + 15) / 16;
-    for (int item = threadIdx.x; item < D4 * W; item += THREADS) {
-#if MAPB
-        const int d4 = item % D4, w = item / D4;
-#else
-        const int w = item % W, d4 = item / W;
-#endif
-        const long long rs = (static_cast<long long>(d0 * D4 + d4) * D1 + d1) * ROW;
-        u8* const rowp = out + rs * 2;
-        const int m = static_cast<int>(reinterpret_cast<u64>(rowp) & 15);
-        const int first = 16 * w - m;
-        if (first >= ROW * 2) continue;
-        u32 acc[4] = {0, 0, 0, 0};
-#pragma unroll
-        for (int s = 0; s < 8; ++s) {
-            const int p = (first >> 1) + s;
-            const int pp = p >= 0 && p < ROW ? p : 0;
-            const int d2 = pp % D2, t = pp / D2, d5 = t % D5, d3 = t / D5;
-            const int place = mis + 2 * (d2 * (D3 * D4 * D5) + d3 * (D4 * D5) + d4 * D5 + d5);
-            const u32 val = *reinterpret_cast<const u16*>(sm + swz(place));
-            acc[s >> 1] |= val << (16 * (s & 1));
-        }
-        store_word(rowp - m + 16 * w, acc, first, ROW * 2);
-    }
+    gather_rows<ROW>(sm, out, d0, d1, 0, [&](int d2, int d3, int d4, int d5) {
+        return mis + 2 * (d2 * (D3 * D4 * D5) + d3 * (D4 * D5) + d4 * D5 + d5);
+    });
 }
 #else
 // D3 cut in NC chunks of D3C: a block takes (d0, d1, chunk): D2 input runs of D3C x D4 x D5 elements, each
@@ -151,25 +159,8 @@ extern "C" __global__ void __launch_bounds__(256) staged_bf16(const u8* __restri
         }
     }
     __syncthreads();
-    constexpr int W = (15 + ROWC * 2 + 15) / 16;
-    for (int item = threadIdx.x; item < D4 * W; item += THREADS) {
-        const int w = item % W, d4 = item / W;
-        const long long rs = (static_cast<long long>(d0 * D4 + d4) * D1 + d1) * ROW + c * ROWC;
-        u8* const rowp = out + rs * 2;
-        const int m = static_cast<int>(reinterpret_cast<u64>(rowp) & 15);
-        const int first = 16 * w - m;
-        if (first >= ROWC * 2) continue;
-        u32 acc[4] = {0, 0, 0, 0};
-#pragma unroll
-        for (int s = 0; s < 8; ++s) {
-            const int p = (first >> 1) + s;
-            const int pp = p >= 0 && p < ROWC ? p : 0;
-            const int d2 = pp % D2, t = pp / D2, d5 = t % D5, d3 = t / D5;
-            const int place = d2 * P + ((mis0 + d2 * RSTEP) & 15) + 2 * (d3 * (D4 * D5) + d4 * D5 + d5);
-            const u32 val = *reinterpret_cast<const u16*>(sm + swz(place));
-            acc[s >> 1] |= val << (16 * (s & 1));
-        }
-        store_word(rowp - m + 16 * w, acc, first, ROWC * 2);
-    }
+    gather_rows<ROWC>(sm, out, d0, d1, c * ROWC, [&](int d2, int d3, int d4, int d5) {
+        return d2 * P + ((mis0 + d2 * RSTEP) & 15) + 2 * (d3 * (D4 * D5) + d4 * D5 + d5);
+    });
 }
 #endif
