@@ -63,6 +63,7 @@ for step in "$@"; do
     tests-timing) run tests-timing 120 python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_timing.py ;;
     unaligned-vec) run unaligned-vec 300 python3 benchmarks/unaligned_vec.py "$OUT/unaligned-vec.json" ;;
     dist-bench) run dist-bench 300 python3 -m torch.distributed.run --standalone --nproc-per-node 2 -m tileflip.bench_distributed --out "$OUT/h200x2-distributed.json" ;;
+    tma-2d) run tma-2d 540 python3 benchmarks/tma_2d.py "$OUT/tma-2d.json" ${TMA_CASES:-} ;;
     *) echo "unknown step $step" | tee -a "$LOG" ;;
   esac
 done
