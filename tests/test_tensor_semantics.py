@@ -79,6 +79,30 @@ def test_conjugate_or_negative_out_is_refused(device):
         assert torch.equal(torch.view_as_real(out.resolve_conj().resolve_neg()), before)
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_inference_out_is_written_only_in_inference_mode(device):
+    """torch refuses to write an inference tensor outside inference mode (``out.copy_`` raises); so does
+    tileflip, on the prepared fast path too, and writes it under ``torch.inference_mode()``."""
+    x = random_bits((5, 7), torch.float32, device)
+    tileflip.transpose(x, poisoned((7, 5), torch.float32, device))  # the signature's launch is prepared
+    with torch.inference_mode():
+        out = poisoned((7, 5), torch.float32, device)
+        out3 = poisoned((7, 2, 5), torch.float32, device)
+    before, before3 = out.clone(), out3.clone()
+    x3 = random_bits((5, 2, 7), torch.float32, device)
+    with pytest.raises(ValueError, match="out is an inference tensor"):
+        tileflip.transpose(x, out)
+    with pytest.raises(ValueError, match="out is an inference tensor"):
+        tileflip.permute(x3, (2, 1, 0), out3)
+    assert_bits_equal(out, before)
+    assert_bits_equal(out3, before3)
+    with torch.inference_mode():
+        assert tileflip.transpose(x, out) is out
+        assert tileflip.permute(x3, (2, 1, 0), out3) is out3
+    assert_bits_equal(out, x.t())
+    assert_bits_equal(out3, x3.permute(2, 1, 0))
+
+
 # --------------------------------------------------------------------------------------------------
 # Layouts
 # --------------------------------------------------------------------------------------------------

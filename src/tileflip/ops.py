@@ -1,9 +1,9 @@
 """Public operations: argument checks, backend choice, launch.
 
 Every call is checked before anything is written, in this order: ``x`` (type, layout, rank, dtype),
-``backend``, ``out`` (type, layout, shape, dtype, device, contiguity, a conjugate or negative view,
-overlap with ``x``), the backend's device, then ``out=`` under autograd. Each refusal is a ``TypeError``
-or ``ValueError`` whose message names the argument.
+``backend``, ``out`` (type, layout, shape, dtype, device, contiguity, a conjugate or negative view, an
+inference tensor outside inference mode, overlap with ``x``), the backend's device, then ``out=`` under
+autograd. Each refusal is a ``TypeError`` or ``ValueError`` whose message names the argument.
 
 ``x`` may be a conjugate or negative view (``c.conj()``, ``c.conj().imag``): its values are resolved
 into a temporary first, as ``x.resolve_conj().resolve_neg()``. Autograd: ``transpose(x)`` and
@@ -127,7 +127,7 @@ def check_dense(t: torch.Tensor, arg: str) -> None:
 
 def check_out(x: torch.Tensor, out, shape: tuple, arg: str = "out", *, memory: bool = True) -> None:
     """Check ``out``'s type, layout, shape, dtype, device, contiguity and conjugate or negative bit, and
-    (``memory``) that it misses ``x``."""
+    (``memory``) that it is not an inference tensor outside inference mode and misses ``x``."""
     if not isinstance(out, torch.Tensor):
         raise TypeError(f"{arg} must be a torch.Tensor or None, got {type(out).__name__}")
     check_dense(out, arg)
@@ -142,7 +142,11 @@ def check_out(x: torch.Tensor, out, shape: tuple, arg: str = "out", *, memory: b
     if out.is_conj() or out.is_neg():
         raise ValueError(f"{arg} must not be a conjugate or negative view (the kernels write plain values); "
                          f"pass a plain tensor")  # fmt: skip
-    if memory:
+    if memory:  # (real tensors: under torch.compile the op's fake ones get here with memory=False)
+        if out.is_inference() and not torch.is_inference_mode_enabled():
+            raise ValueError(f"{arg} is an inference tensor (made under torch.inference_mode()), which torch does "
+                             f"not let be written outside inference mode: pass a tensor made outside it, or "
+                             f"call under torch.inference_mode()")  # fmt: skip
         check_no_overlap(x, out, arg)
 
 
@@ -301,7 +305,8 @@ def _fast_cuda(x: torch.Tensor, out, backend: str):
         try:  # (a compressed sparse out raises here: the checked path refuses it by name)
             if (type(out) is not torch.Tensor or out.shape != (N, M) or out.dtype != dtype
                     or out.get_device() != device or not out.is_contiguous() or out.requires_grad or out.is_neg()
-                    or (dtype in _COMPLEX and out.is_conj())):  # fmt: skip
+                    or (dtype in _COMPLEX and out.is_conj())
+                    or (out.is_inference() and not torch.is_inference_mode_enabled())):  # fmt: skip
                 return None
         except RuntimeError:
             return None
