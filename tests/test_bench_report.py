@@ -1,8 +1,13 @@
-"""The benchmark's reporting: medians, table and plots drawn from a results file (no GPU needed)."""
+"""The benchmark's reporting: medians, table and plots drawn from a results file (no GPU needed); and
+on a GPU, that the peers it times move the right bits."""
 
+import importlib.util
 import json
 import subprocess
 import sys
+
+import pytest
+from helpers import assert_bits_equal, poisoned
 
 from tileflip import bench, plots
 
@@ -150,3 +155,28 @@ def test_auto_reads_the_row_stride(monkeypatch):
         assert tuning.auto_for(8192, 8191, 8) == "cuda-tiled"  # no row stride given: aligned
     finally:
         tuning._auto.cache_clear()
+
+
+@pytest.mark.gpu
+def test_peers_move_the_right_bits():
+    """CuPy's copy (in this process) and XLA's transpose (in the bench's child process) of a transpose and
+    of two permutes, bit for bit."""
+    pytest.importorskip("cupy")
+    if importlib.util.find_spec("jax") is None:
+        pytest.skip("jax is not installed")
+    import torch
+
+    cases = [bench.Case((37, 48), "bfloat16"), bench.Case((6, 5, 8, 3), "int8", (2, 0, 3, 1)),
+             bench.Case((4, 6, 10), "float32", (1, 2, 0))]  # fmt: skip
+    for case in cases:
+        x = bench._make_input(case)
+        out = poisoned(case.out_shape, x.dtype, "cuda")
+        fns, notes = bench.op_functions(case, x, out, ["cupy"])
+        assert not notes and [b for b, _ in fns] == ["cupy"]
+        fns[0][1]()
+        torch.cuda.synchronize()
+        assert_bits_equal(out, x.t() if case.perm is None else x.permute(case.perm))
+    xla = bench.run_xla(cases, quick=True, check=True)
+    assert "error" not in xla, xla["error"]
+    assert xla["exact"] == {c.label: True for c in cases}
+    assert set(xla["ms"]) == {c.label for c in cases} and min(xla["ms"].values()) > 0

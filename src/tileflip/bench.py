@@ -149,7 +149,7 @@ def _make_input(case: Case, device="cuda"):
     return raw.view(dtype).view(case.shape)
 
 
-def _cupy_fn(x, out):
+def _cupy_fn(x, out, perm=None):
     import cupy
 
     from tileflip.dtypes import as_uint
@@ -157,7 +157,8 @@ def _cupy_fn(x, out):
     # CuPy has no bf16 or fp8: it moves the same bits as unsigned integers, as tileflip does.
     a = cupy.asarray(as_uint(x))
     o = cupy.asarray(as_uint(out))
-    return lambda: cupy.copyto(o, a.T)
+    view = a.T if perm is None else a.transpose(perm)
+    return lambda: cupy.copyto(o, view)
 
 
 def op_functions(case: Case, x, out, backends):
@@ -180,6 +181,8 @@ def op_functions(case: Case, x, out, backends):
                 torch._dynamo.reset()  # a fresh cache per case: past 8 recompiles dynamo falls back to eager
                 compiled = torch.compile(lambda t: t.permute(case.perm).contiguous(), dynamic=False)
                 fns.append((b, lambda: compiled(x)))
+            elif b == "cupy":
+                _add_cupy(fns, notes, x, out, case.perm)
         return fns, notes
     for b in backends:
         refusal = b == "cuda-vec" and ops.vec_refusal(x.element_size(), x.stride(1), x.shape[0], out.data_ptr())
@@ -196,17 +199,23 @@ def op_functions(case: Case, x, out, backends):
             compiled = torch.compile(lambda t: t.t().contiguous(), dynamic=False)
             fns.append((b, lambda: compiled(x)))
         elif b == "cupy":
-            try:
-                fns.append((b, _cupy_fn(x, out)))
-            except ImportError as e:
-                notes[b] = f"not installed: {e}"
+            _add_cupy(fns, notes, x, out, None)
     return fns, notes
 
 
-def run_xla(cases: list[Case], quick: bool) -> dict:
-    """JAX/XLA timings (ms) per case label, from a child process with preallocation off."""
+def _add_cupy(fns: list, notes: dict, x, out, perm) -> None:
+    try:
+        fns.append(("cupy", _cupy_fn(x, out, perm)))
+    except ImportError as e:
+        notes["cupy"] = f"not installed: {e}"
+
+
+def run_xla(cases: list[Case], quick: bool, check: bool = False) -> dict:
+    """JAX/XLA timings (ms) per case label, from a child process with preallocation off (``check``: and
+    whether each result's bits are right, ``bench_xla``)."""
     env = dict(os.environ, XLA_PYTHON_CLIENT_PREALLOCATE="false")
-    payload = json.dumps({"cases": [[list(c.shape), c.dtype] for c in cases], "quick": quick})
+    payload = json.dumps({"cases": [{"shape": list(c.shape), "dtype": c.dtype, "perm": c.perm and list(c.perm),
+                                     "label": c.label} for c in cases], "quick": quick, "check": check})  # fmt: skip
     try:
         proc = subprocess.run(
             [sys.executable, "-m", "tileflip.bench_xla"],
@@ -489,9 +498,7 @@ def cli(argv: list[str]) -> int:
         return 0
     cases = suite_cases(args.suite, args.part)
     if args.suite.startswith("permute"):
-        args.backends = ",".join(
-            b for b in args.backends.split(",") if b in ("auto", *PEERS) and b not in ("cupy", "xla")
-        )
+        args.backends = ",".join(b for b in args.backends.split(",") if b in ("auto", *PEERS))
     records = measure(cases, args.backends.split(","), args.rounds, args.quick, log)
     print(table(records))
     path = write(records, args.suite if not args.part else f"{args.suite}-part{args.part.replace('/', 'of')}", args.out)

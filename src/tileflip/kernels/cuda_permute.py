@@ -93,7 +93,6 @@ class _ThreadArgs(threading.local):
         )
         self.address = ctypes.addressof(self.pointers)
         self.params_address = ctypes.addressof(self.params)
-        self.ready: set = set()
 
 
 _args = _ThreadArgs()
@@ -101,11 +100,7 @@ _handles: dict = {}
 
 
 def kernel_on(device: int):
-    args = _args
-    if device not in args.ready:
-        with torch.cuda.device(device):
-            nvrtc.ensure_context(device)
-        args.ready.add(device)
+    nvrtc.context_ready(device)
     kernel = _handles.get(device)
     if kernel is None:
         kernel = _handles[device] = nvrtc.get_kernel(CU_FILE, KERNEL, device, _arch(device))

@@ -86,7 +86,6 @@ class _ThreadParams(threading.local):
             *(base + getattr(_Params, name).offset for name, _ in _Params._fields_)
         )
         self.address = ctypes.addressof(self.pointers)
-        self.ready: set = set()  # devices whose context this thread has checked
 
 
 _params = _ThreadParams()
@@ -109,13 +108,9 @@ def launch(x: torch.Tensor, out: torch.Tensor, variant: str) -> None:
 def kernel_on(device: int, name: str):
     """The handle of transpose.cu's kernel ``name`` on ``device``, with this thread's context made ready
     for a launch there (the first time on each thread and device)."""
-    params = _params
-    if device not in params.ready:
-        # First launch on this thread and device: a thread that never touched the CUDA runtime has no
-        # current context, and a launch on the NULL stream runs in the current context.
-        with torch.cuda.device(device):
-            nvrtc.ensure_context(device)
-        params.ready.add(device)
+    # A thread that never touched the CUDA runtime has no current context, and a launch on the NULL
+    # stream runs in the current context.
+    nvrtc.context_ready(device)
     key = (name, device)
     kernel = _handles.get(key)
     if kernel is None:
@@ -148,7 +143,7 @@ def direct_launch(M: int, N: int, sxm: int, sxn: int, es: int, device: int, vari
     def go(x, out, xp: int, op: int) -> None:
         params = getattr(local, "params", None)
         if params is None:
-            if device not in _params.ready:  # this thread's first launch on the device
+            if not nvrtc.is_ready(device):  # this thread's first launch on the device
                 launch_known(x, out, M, N, sxm, sxn, device, variant)
                 return
             params = local.params = _ThreadParams()

@@ -203,6 +203,31 @@ def ensure_context(device: int) -> None:
     _check("cuCtxSetCurrent", driver.cuCtxSetCurrent(ctx))
 
 
+class _ThreadState(threading.local):
+    def __init__(self):
+        self.ready: set = set()  # devices whose context this thread has made ready
+
+
+_thread = _ThreadState()
+
+
+def is_ready(device: int) -> bool:
+    """Whether ``context_ready(device)`` has run on this thread."""
+    return device in _thread.ready
+
+
+def context_ready(device: int) -> None:
+    """Make this thread's context ready for a launch on ``device`` (``ensure_context`` with the device
+    current), the first time on each thread and device: the launches' first step."""
+    ready = _thread.ready
+    if device not in ready:
+        import torch
+
+        with torch.cuda.device(device):
+            ensure_context(device)
+        ready.add(device)
+
+
 def get_kernel(path, name: str, device: int, arch: int):
     """The handle of kernel ``name`` (an ``extern "C"`` name) of the .cu file ``path``, compiled for
     ``sm_<arch>``, the architecture of ``device``; compiled, loaded and looked up once per process."""
