@@ -6,9 +6,9 @@ cases whose index arithmetic is most of their instructions.
 and counts their SASS instructions (the kernel is straight-line code, so the count is what each thread
 runs, both of its tile branches included). A CASE is ``dtype:SHAPE:PERM``, e.g.
 ``bfloat16:32x48x47x18x10x3:0,4,1,3,5,2``. It was not taken to the GPU: the constexpr form came out
-longer on every case (session 18), having lost its vectors (with the sizes known, Triton's analysis finds
-the offsets' runs and alignment from the divisions themselves, and the kernel's ``multiple_of`` hints no
-longer widen them: bf16 (32,48,...) loads 2 bytes a lane where the library's form loads 8).
+longer on every case (session 18), and without its vectors: bf16 (32,48,...) loads 2 bytes a lane
+where the library's form loads 8 (the kernel's ``multiple_of`` hints did not carry them through; why was
+not looked into).
 
 The constexpr form is the library's kernel itself, called from a kernel whose parameters are all
 constexpr: Triton inlines it with every value known, so a division by a size becomes the compiler's own
