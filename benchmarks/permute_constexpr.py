@@ -6,9 +6,9 @@ cases whose index arithmetic is most of their instructions.
 and counts their SASS instructions (the kernel is straight-line code, so the count is what each thread
 runs, both of its tile branches included). A CASE is ``dtype:SHAPE:PERM``, e.g.
 ``bfloat16:32x48x47x18x10x3:0,4,1,3,5,2``. It was not taken to the GPU: the constexpr form came out
-longer on every case (session 18), and without its vectors: bf16 (32,48,...) loads 2 bytes a lane
-where the library's form loads 8 (the kernel's ``multiple_of`` hints did not carry them through; why was
-not looked into).
+no shorter where it would matter (session 18): the same vectors, and on the two slowest cases 1520
+instructions against 1000 (bf16 (32,48,...); why was not looked into) and 1368 against 1440 (int8
+(42,9,...)).
 
 The constexpr form is the library's kernel itself, called from a kernel whose parameters are all
 constexpr: Triton inlines it with every value known, so a division by a size becomes the compiler's own
@@ -103,7 +103,8 @@ def sass(out_path, cases):
         lib = triton_permute.compiled_tile_kernel(p, es)
         pointer = {1: "*u8", 2: "*u16", 4: "*u32", 8: "*u64"}[es]
         src = ASTSource(fn=const_tile_kernel, signature={"x_ptr": pointer, "out_ptr": pointer,
-                        **{k: "constexpr" for k in values}}, constexprs=values)  # fmt: skip
+                        **{k: "constexpr" for k in values}}, constexprs=values,
+                        attrs={(0,): [["tt.divisibility", 16]], (1,): [["tt.divisibility", 16]]})  # fmt: skip
         options = {"num_warps": go.num_warps, **({"maxnreg": go.maxnreg} if go.maxnreg else {})}
         const = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
         a, b = sass_counts(lib.asm["cubin"]), sass_counts(const.asm["cubin"])
