@@ -325,6 +325,31 @@ def test_plan_text_shows_the_launch_the_table_picks():
         assert "program (x, y) of the 2-D grid handles tile (x, y)" in text
 
 
+def test_plan_text_names_auto_where_it_leaves_the_triton_tile():
+    """Where the table sends ``auto`` to another kernel, ``tileflip plan`` says so before the tile it
+    prints; where ``auto`` runs the tile, it prints the tile alone."""
+    from tileflip import explain, tuning
+
+    for shape, dtype in [((8192, 8191), "int8"), ((4, 1024), "float32"), ((16384, 16384), "float32"),
+                         ((1024, 512), "float32"), ((31, 65), "float64")]:  # fmt: skip
+        size = plan.element_size(dtype)
+        chosen = tuning.auto_for(*shape, size, shape[1])
+        line = f"backend auto on a CUDA tensor: {chosen} (the tuning table's choice for {size}-byte "
+        assert (line in explain.plan_text(shape, dtype=dtype)) == (chosen != "triton"), (shape, dtype, chosen)
+    assert tuning.auto_for(8192, 8191, 1, 8191) == "cuda-vec"  # the table's int8 unaligned choice, shown above
+    assert "backend auto" not in explain.plan_text((0, 5), dtype="float32")  # empty: nothing runs
+
+
+def test_cli_output_into_a_closed_pipe_stops_quietly():
+    """``tileflip plan ... | head -1``: no error message when the reader goes away, SIGPIPE's status."""
+    proc = subprocess.Popen([sys.executable, "-m", "tileflip.cli", "plan", "--shape", "4096x4096", "--programs",
+                             "100000"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+    proc.stdout.readline()
+    proc.stdout.close()
+    assert proc.wait(timeout=120) == 141
+    assert proc.stderr.read() == b""
+
+
 def test_loop_rounds():
     """A capped launch: the grid is the cap, rounds the power of two that covers every tile."""
     from tileflip.plan import loop_rounds

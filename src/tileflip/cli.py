@@ -98,6 +98,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if argv and argv[0] in ("-h", "--help") else 2
     try:
         return COMMANDS[argv[0]](argv[1:]) or 0
+    except BrokenPipeError:  # the reader went away (`tileflip plan ... | head`): stop quietly, as other tools do
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # (so that the exit's flush fails no more)
+        return 141  # 128 + SIGPIPE, a shell's status for a writer its pipe closed on
     except (ValueError, TypeError, OverflowError, OSError) as error:  # a refused argument: its message, not a trace
         if os.environ.get("TILEFLIP_TRACEBACK"):
             raise

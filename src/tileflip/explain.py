@@ -12,8 +12,13 @@ def plan_text(shape, *, block=None, dtype="float32", programs=12) -> str:
     BM, BN = block if block else (config.block_m, config.block_n)
     plan.check_tile(BM, BN)
     grid = plan.transpose_grid(M, N, BM, BN, 1 if block else config.group_m)
+    chosen = tuning.auto_for(M, N, size, N)
     lines = [
         f"transpose {M}x{N} {dtype} ({size} B/element) -> {N}x{M}, contiguous",
+        *([] if chosen == "triton" or M * N == 0 else [
+            f"backend auto on a CUDA tensor: {chosen} (the tuning table's choice for {size}-byte "
+            f"{tuning.shape_class(M, N, size, N)} cases{AUTO_FALLBACK.get(chosen, '')}); below, the Triton tile "
+            "kernel, which backend='triton' runs"]),
         f"tiles {BM}x{BN}"
         + (
             ""
@@ -51,6 +56,14 @@ def plan_text(shape, *, block=None, dtype="float32", programs=12) -> str:
     if grid.programs > programs:
         lines.append(f"... {grid.programs - programs} more programs (--programs N lists more)")
     return "\n".join(lines)
+
+
+AUTO_FALLBACK = {  # where auto leaves the table's CUDA C++ kernel for the Triton tile (``ops._auto_kernel``)
+    "cuda-vec": "; the Triton tile where that kernel cannot take the call, or NVRTC is missing",
+    "cuda-naive": "; the Triton tile where NVRTC is missing",
+    "cuda-tiled": "; the Triton tile where NVRTC is missing",
+    "cuda-tiled-nopad": "; the Triton tile where NVRTC is missing",
+}
 
 
 def _span(r) -> str:
