@@ -120,6 +120,35 @@ def test_large_launches_are_sampled_and_say_so():
     assert not small.sampled and small.programs_analyzed == small.programs
 
 
+def test_footprint_counts_the_sectors_the_elements_touch():
+    """The DRAM footprint (distinct 32-byte sectors of a strided 2-D tensor, counted per period of lines
+    where a line's span is a sector or less) against the sectors of every element, listed."""
+    rng = np.random.default_rng(0)
+    for _ in range(3000):
+        itemsize = int(rng.choice([1, 2, 4, 8]))
+        shape = (int(rng.integers(1, 60)), int(rng.integers(1, 60)))
+        strides = (int(rng.integers(0, 90)), int(rng.integers(0, 12)))[:: 1 if rng.random() < 0.5 else -1]
+        addr = (np.arange(shape[0])[:, None] * strides[0] + np.arange(shape[1])[None, :] * strides[1]) * itemsize
+        sectors = set((addr // az.SECTOR).ravel()) | set(((addr + itemsize - 1) // az.SECTOR).ravel())
+        assert az._footprint_bytes(shape, strides, itemsize) == len(sectors) * az.SECTOR, (shape, strides, itemsize)
+
+
+def test_huge_shapes_are_analyzed_in_bounded_memory():
+    """Neither the footprint nor the programs sampled list a tensor's lines or tiles: a launch of
+    billions of programs is analyzed in a few hundred MB at most (it took memory in proportion before)."""
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        for kernel in ("naive", "tiled"):
+            report = az.analyze(kernel, (30_000_000_000, 3), "float32", sample=64)
+            assert report.sampled and report.programs > 10**8
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 200 << 20, peak
+
+
 def test_sampling_weights_reproduce_the_exact_totals():
     exact = az.analyze("tiled", (200, 300), "bfloat16", sample=10_000)
     sampled = az.analyze("tiled", (200, 300), "bfloat16", sample=8)

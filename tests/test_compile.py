@@ -41,3 +41,22 @@ def test_registered_ops_exist():
     assert hasattr(torch.ops.tileflip, "transpose") and hasattr(torch.ops.tileflip, "transpose_out")
     x = random_bits((5, 7), torch.float32, seed=3)
     assert_bits_equal(torch.ops.tileflip.transpose(x, "torch"), x.t())
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_compiled_out_overlapping_x_is_refused_when_traced(device, backend):
+    """An ``out`` that overlaps ``x`` is refused while the call is traced, through the fake tensors'
+    shared storage (the compiled op may be handed a copy of ``out``, where the real call's check would
+    not see the overlap); ``x`` is left as it was. An ``out`` apart from ``x`` in the same storage runs."""
+    buf = random_bits((24,), torch.float32, device, seed=4)
+    before = buf.clone()
+    for op in (lambda t, o: tileflip.transpose(t, o), lambda t, o: tileflip.permute(t, (1, 0), o)):
+        torch._dynamo.reset()
+        with pytest.raises(RuntimeError, match="out overlaps x in memory"):
+            torch.compile(op, fullgraph=True, backend=backend)(buf[:12].view(3, 4), buf[4:16].view(4, 3))
+        assert_bits_equal(buf, before)
+    torch._dynamo.reset()
+    torch.compile(lambda t, o: tileflip.permute(t, (1, 0), o), fullgraph=True, backend=backend)(
+        buf[:12].view(3, 4), buf[12:].view(4, 3))
+    assert_bits_equal(buf[12:].view(4, 3), before[:12].view(3, 4).t())

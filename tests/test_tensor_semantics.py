@@ -4,6 +4,7 @@ command line's refusals."""
 
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -194,6 +195,12 @@ def test_torch_func_jvp_and_vmap():
     assert_bits_equal(torch.vmap(tileflip.transpose, in_dims=2)(batch.permute(1, 2, 0)), batch.transpose(1, 2))
     z = random_bits((3, 2, 4, 5), torch.float32, seed=3)
     assert_bits_equal(torch.vmap(lambda a: tileflip.permute(a, (2, 0, -2)))(z), z.permute(0, 3, 1, 2))
+    # A permute of the largest rank (8): vmap's batch dimension makes it 9, one past the planner's limit.
+    dims = (7, 2, 5, 0, 6, 1, 4, 3)
+    big = random_bits((3, 2, 3, 2, 2, 3, 2, 2, 2), torch.float32, seed=4)
+    assert_bits_equal(torch.vmap(lambda a: tileflip.permute(a, dims))(big), big.permute(0, *(d + 1 for d in dims)))
+    assert_bits_equal(torch.vmap(lambda a: tileflip.permute(a, dims), in_dims=4)(big),
+                      big.movedim(4, 0).permute(0, *(d + 1 for d in dims)))  # fmt: skip
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -274,6 +281,12 @@ def test_cast_transpose_scales_and_refusals(device):
         tileflip.cast_transpose(x.clone().requires_grad_())
     with torch.no_grad():
         tileflip.cast_transpose(x.clone().requires_grad_())
+    scale = torch.tensor(0.5, device=device, requires_grad=True)
+    with pytest.raises(ValueError, match="cast_transpose is not differentiable, but scale requires grad"):
+        tileflip.cast_transpose(x, scale=scale)  # (its gradient would be dropped without a word)
+    with torch.no_grad():
+        y_ng, _, _ = tileflip.cast_transpose(x, scale=scale)
+    assert torch.equal(bits(y_ng), bits(y_ref))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -293,6 +306,16 @@ CLI_REFUSALS = [
     (["analyze", "--strides", "a,b"], "strides must look like 512,1"),
     (["analyze", "--strides", "1"], "strides must look like 512,1"),
     (["bench", "--plot", "/nonexistent/results.json"], "No such file"),
+    (["bench", "--plot", __file__], "is not JSON"),
+    (["bench", "--plot", str(Path(tileflip.__file__).parent / "data" / "h200.json")],
+     "is not a results file of tileflip bench"),
+    (["analyze", "--device", __file__], "is not JSON"),
+    (["analyze", "--shape", "8x"], "shape must look like 16x16, got '8x'"),
+    (["analyze", "--threads", "8x"], "threads must look like 16x16, got '8x'"),
+    (["plan", "--shape", "3x4", "--programs", "-1"], "--programs must be 0 or more"),
+    (["plan", "--shape", "3x4x5", "--perm", "2,1,0", "--block", "32x32"], "--block is for a 2-D transpose"),
+    (["check", f"{Path(__file__).parent / 'wrong' / 'misc.py'}:right", "--timeout", "0"],
+     "--timeout must be a positive number"),
 ]
 
 

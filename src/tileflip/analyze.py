@@ -111,6 +111,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -208,7 +209,13 @@ def load_device(device=None) -> dict:
         return device
     path = Path(device) if device is not None else DEVICE_FILE
     with open(path, encoding="utf-8") as f:
-        return json.load(f)
+        try:
+            constants = json.load(f)
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise ValueError(f"device file {str(path)!r} is not JSON ({e})") from None
+    if not isinstance(constants, dict):
+        raise ValueError(f"device file {str(path)!r} must hold a JSON object of device constants")
+    return constants
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -528,9 +535,12 @@ class _Variant:
 def _parse_pair(value, what: str) -> tuple[int, int]:
     if isinstance(value, str):
         parts = value.lower().replace(",", "x").split("x")
-        if len(parts) != 2:
-            raise ValueError(f"{what} must look like 16x16, got {value!r}")
-        value = tuple(int(p) for p in parts)
+        try:
+            if len(parts) != 2:
+                raise ValueError
+            value = tuple(int(p) for p in parts)
+        except ValueError:
+            raise ValueError(f"{what} must look like 16x16, got {value!r}") from None
     a, b = value
     return int(a), int(b)
 
@@ -690,20 +700,20 @@ def _sample_programs(variant: _Variant, sample: int) -> tuple[np.ndarray, np.nda
         return np.arange(total, dtype=np.int64), np.ones(total), False
     edge_m = int(variant.M % g.block_m != 0)
     edge_n = int(variant.N % g.block_n != 0)
-    classes = []
+    classes = []  # (first tile row, tile rows, first tile column, tile columns): ranges, never listed
     for last_m in {0, edge_m}:
         for last_n in {0, edge_n}:
-            rows = np.array([g.grid_m - 1]) if last_m else np.arange(g.grid_m - edge_m)
-            cols = np.array([g.grid_n - 1]) if last_n else np.arange(g.grid_n - edge_n)
-            if len(rows) and len(cols):
-                classes.append((rows, cols))
+            rows = (g.grid_m - 1, 1) if last_m else (0, g.grid_m - edge_m)
+            cols = (g.grid_n - 1, 1) if last_n else (0, g.grid_n - edge_n)
+            if rows[1] and cols[1]:
+                classes.append((*rows, *cols))
     budget = max(1, sample // len(classes))
     pids, weights = [], []
-    for rows, cols in classes:
-        count = len(rows) * len(cols)
+    for r0, nr, c0, nc in classes:
+        count = nr * nc
         k = min(count, budget)
         flat = np.unique(np.linspace(0, count - 1, k).round().astype(np.int64))
-        pids.append(variant.pid_of(rows[flat // len(cols)], cols[flat % len(cols)]))
+        pids.append(variant.pid_of(r0 + flat // nc, c0 + flat % nc))
         weights.append(np.full(len(flat), count / len(flat)))
     return np.concatenate(pids), np.concatenate(weights), True
 
@@ -715,15 +725,24 @@ def _footprint_bytes(shape, strides, itemsize: int) -> int:
         return 0
     (n_in, s_in), (n_out, s_out) = sorted(((d1, strides[1]), (d0, strides[0])), key=lambda p: (p[1], -p[0]))
     b_in, b_out = s_in * itemsize, s_out * itemsize
-    starts = np.arange(n_out, dtype=np.int64) * b_out
     if b_in <= SECTOR:
-        # No sector of a line's span is skipped: each line is one interval; merge overlapping ones.
-        first = starts // SECTOR
-        last = (starts + (n_in - 1) * b_in + itemsize - 1) // SECTOR
-        reach = np.maximum.accumulate(last)
-        prev = np.concatenate([[-1], reach[:-1]])
-        return int(np.maximum(0, last - np.maximum(first, prev + 1) + 1).sum()) * SECTOR
+        # No sector of a line's span is skipped: each line is one interval of sectors, and the intervals
+        # move forward with the line (starts k * b_out, one length), so line k adds the sectors of its
+        # interval past line k - 1's. That count repeats every `period` lines (they move the start by a
+        # whole number of sectors): counted over one period (and the rest), whatever the line count.
+        span = (n_in - 1) * b_in + itemsize
+        period = SECTOR // math.gcd(b_out, SECTOR)
+
+        def added(k):  # sectors line k adds (k >= 1)
+            first, last = k * b_out // SECTOR, (k * b_out + span - 1) // SECTOR
+            return max(0, last - max(first, ((k - 1) * b_out + span - 1) // SECTOR + 1) + 1)
+
+        per = [added(k) for k in range(1, period + 1)]
+        full, rest = divmod(n_out - 1, period)
+        first_line = (span - 1) // SECTOR + 1
+        return (first_line + full * sum(per) + sum(per[:rest])) * SECTOR
     if n_in * n_out <= 1 << 22:
+        starts = np.arange(n_out, dtype=np.int64) * b_out
         addr = starts[:, None] + np.arange(n_in, dtype=np.int64)[None, :] * b_in
         return len(np.unique(addr // SECTOR)) * SECTOR
     return n_in * n_out * SECTOR

@@ -86,6 +86,9 @@ def _check_scale(x: torch.Tensor, scale) -> float | torch.Tensor:
             raise TypeError(f"scale must have dtype float32, got {scale.dtype}")
         if scale.device != x.device:
             raise ValueError(f"scale must be on {x.device} (x's device), got {scale.device}")
+        if scale.requires_grad and torch.is_grad_enabled():
+            raise ValueError("cast_transpose is not differentiable, but scale requires grad: call it under "
+                             "torch.no_grad() or with scale.detach()")  # fmt: skip
         return scale.resolve_neg()
     if isinstance(scale, bool) or not isinstance(scale, numbers.Real):
         raise TypeError(f"scale must be a real number, a 0-d float32 tensor or None, got {type(scale).__name__}")

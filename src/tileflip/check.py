@@ -1281,6 +1281,8 @@ def cli(argv: list[str]) -> int:
     try:
         dtypes = parse_dtypes(args.dtypes)
         only = [c.strip() for c in args.only.split(",")] if args.only else None
+        if not args.timeout > 0:  # (NaN too)
+            raise ValueError(f"--timeout must be a positive number of seconds, got {args.timeout}")
         if only and set(only) - set(CATEGORIES):
             raise ValueError(
                 f"unknown categories {sorted(set(only) - set(CATEGORIES))}; choose from {', '.join(CATEGORIES)}"

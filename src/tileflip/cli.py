@@ -54,7 +54,11 @@ def cmd_plan(argv: list[str]) -> int:
     p.add_argument("--dtype", default="float32")
     p.add_argument("--programs", type=int, default=12, help="how many programs to list (default 12)")
     args = p.parse_args(argv)
+    if args.programs < 0:
+        p.error(f"--programs must be 0 or more, got {args.programs}")
     if args.perm is not None:
+        if args.block is not None:
+            p.error("--block is for a 2-D transpose's tile; a permute's tiles come from the planner (leave it out)")
         print(explain.permute_text(args.shape, args.perm, dtype=args.dtype))
     elif len(args.shape) != 2:
         p.error(f"--shape must be M x N for a transpose (or give --perm), got {len(args.shape)} dimensions")

@@ -95,9 +95,11 @@ def _triton():
     return _triton_module
 
 
-def _span(t: torch.Tensor) -> tuple[int, int]:
-    """Byte range [start, stop) that a non-empty tensor's elements occupy (torch strides are >= 0)."""
-    start = t.data_ptr()
+def _span(t: torch.Tensor, start: int | None = None) -> tuple[int, int]:
+    """Byte range [start, stop) that a non-empty tensor's elements occupy (torch strides are >= 0), from its
+    address or from ``start``."""
+    if start is None:
+        start = t.data_ptr()
     if t.dim() == 2:  # the transpose's case, kept off the generic loop: it is on every call's path
         (m, n), (sm, sn) = t.shape, t.stride()
         last = (m - 1) * sm + (n - 1) * sn
@@ -114,6 +116,19 @@ def check_no_overlap(x: torch.Tensor, out: torch.Tensor, arg: str = "out") -> No
         return
     x0, x1 = _span(x)
     o0, o1 = _span(out)
+    if x0 < o1 and o0 < x1:
+        raise ValueError(f"{arg} overlaps x in memory; the output must be a separate buffer")
+
+
+def check_no_overlap_traced(x: torch.Tensor, out: torch.Tensor, arg: str = "out") -> None:
+    """``check_no_overlap`` for the registered ops' fake tensors, which have no addresses but keep their
+    storage: the same test on byte ranges within a storage that ``x`` and ``out`` share. (Under
+    ``torch.compile`` a backend that does not write ``out`` in place hands the op a copy of it, so the
+    check of the real call would not see the overlap.)"""
+    if x.numel() == 0 or out.numel() == 0 or not torch._C._is_alias_of(out, x):
+        return
+    x0, x1 = _span(x, x.storage_offset() * x.element_size())
+    o0, o1 = _span(out, out.storage_offset() * out.element_size())
     if x0 < o1 and o0 < x1:
         raise ValueError(f"{arg} overlaps x in memory; the output must be a separate buffer")
 
@@ -502,7 +517,12 @@ class _PermuteGrad(torch.autograd.Function):
     def vmap(info, in_dims, x, dims, backend):
         if in_dims[0] is None:
             return permute(x, dims), None
-        return permute(x.movedim(in_dims[0], 0), (0, *(d + 1 for d in dims))), 0
+        x = x.movedim(in_dims[0], 0)
+        if x.dim() <= plan.MAX_RANK:
+            return permute(x, (0, *(d + 1 for d in dims))), 0
+        # x of the largest rank: with the batch dimension it has one past the planner's limit, so each batch
+        # element is permuted alone (torch.stack only copies: the bits stay)
+        return torch.stack([permute(x[i], dims) for i in range(x.shape[0])]), 0
 
 
 def inverse_perm(dims) -> tuple:
@@ -569,7 +589,8 @@ def _transpose_out_op(x: torch.Tensor, out: torch.Tensor, backend: str) -> None:
 @_transpose_out_op.register_fake
 def _(x, out, backend):
     check_input(x)
-    check_out(x, out, (x.shape[1], x.shape[0]), memory=False)  # fake tensors have no memory to compare
+    check_out(x, out, (x.shape[1], x.shape[0]), memory=False)  # fake tensors have no addresses,
+    check_no_overlap_traced(x, out)  # but keep their storage
 
 
 @torch.library.custom_op("tileflip::permute", mutates_args=())
@@ -606,3 +627,4 @@ def _(x, dims, out, backend):
     check_input(x, ndim=None)
     dims = plan.check_perm(tuple(dims), x.dim())
     check_out(x, out, tuple(x.shape[d] for d in dims), memory=False)
+    check_no_overlap_traced(x, out)

@@ -8,13 +8,24 @@ from pathlib import Path
 from tileflip.bench import PEERS, TILEFLIP_BACKENDS, medians
 
 
+def _records(path: str) -> list[dict]:
+    """The records of a ``tileflip bench`` results file, or a ValueError naming the file."""
+    try:
+        records = json.loads(Path(path).read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"--plot {path!r} is not JSON ({e})") from None
+    if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
+        raise ValueError(f"--plot {path!r} is not a results file of tileflip bench (a JSON list of records)")
+    return records
+
+
 def draw(path: str) -> list[str]:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    records = [r for r in json.loads(Path(path).read_text()) if r.get("op") in ("copy", "transpose", "permute")]
+    records = [r for r in _records(path) if r.get("op") in ("copy", "transpose", "permute")]
     med = medians(records)
     permutes = any(r["op"] == "permute" for r in records)
     written = []
