@@ -110,25 +110,22 @@ def _span(t: torch.Tensor, start: int | None = None) -> tuple[int, int]:
     return start, start + (last + 1) * t.element_size()
 
 
-def check_no_overlap(x: torch.Tensor, out: torch.Tensor, arg: str = "out") -> None:
-    """Refuse an ``out`` whose memory range meets ``x``'s (a conservative test: ranges, not elements)."""
+def check_no_overlap(x: torch.Tensor, out: torch.Tensor, arg: str = "out", *, traced: bool = False) -> None:
+    """Refuse an ``out`` whose memory range meets ``x``'s (a conservative test: ranges, not elements).
+
+    ``traced``: the registered ops' fake tensors under ``torch.compile``, which have no addresses but keep
+    their storage: the ranges are compared within a storage the two share. (A backend that does not
+    write ``out`` in place hands the real op a copy of it, where the real call's test sees no overlap.)"""
     if x.numel() == 0 or out.numel() == 0 or x.device != out.device:
         return
-    x0, x1 = _span(x)
-    o0, o1 = _span(out)
-    if x0 < o1 and o0 < x1:
-        raise ValueError(f"{arg} overlaps x in memory; the output must be a separate buffer")
-
-
-def check_no_overlap_traced(x: torch.Tensor, out: torch.Tensor, arg: str = "out") -> None:
-    """``check_no_overlap`` for the registered ops' fake tensors, which have no addresses but keep their
-    storage: the same test on byte ranges within a storage that ``x`` and ``out`` share. (Under
-    ``torch.compile`` a backend that does not write ``out`` in place hands the op a copy of it, so the
-    check of the real call would not see the overlap.)"""
-    if x.numel() == 0 or out.numel() == 0 or not torch._C._is_alias_of(out, x):
-        return
-    x0, x1 = _span(x, x.storage_offset() * x.element_size())
-    o0, o1 = _span(out, out.storage_offset() * out.element_size())
+    if traced:
+        if not torch._C._is_alias_of(out, x):
+            return
+        x0, x1 = _span(x, x.storage_offset() * x.element_size())
+        o0, o1 = _span(out, out.storage_offset() * out.element_size())
+    else:
+        x0, x1 = _span(x)
+        o0, o1 = _span(out)
     if x0 < o1 and o0 < x1:
         raise ValueError(f"{arg} overlaps x in memory; the output must be a separate buffer")
 
@@ -141,8 +138,9 @@ def check_dense(t: torch.Tensor, arg: str) -> None:
 
 
 def check_out(x: torch.Tensor, out, shape: tuple, arg: str = "out", *, memory: bool = True) -> None:
-    """Check ``out``'s type, layout, shape, dtype, device, contiguity and conjugate or negative bit, and
-    (``memory``) that it is not an inference tensor outside inference mode and misses ``x``."""
+    """Check ``out``'s type, layout, shape, dtype, device, contiguity and conjugate or negative bit, that it
+    misses ``x``, and (``memory``: real tensors, not the registered ops' fake ones) that it is not an
+    inference tensor outside inference mode."""
     if not isinstance(out, torch.Tensor):
         raise TypeError(f"{arg} must be a torch.Tensor or None, got {type(out).__name__}")
     check_dense(out, arg)
@@ -157,12 +155,11 @@ def check_out(x: torch.Tensor, out, shape: tuple, arg: str = "out", *, memory: b
     if out.is_conj() or out.is_neg():
         raise ValueError(f"{arg} must not be a conjugate or negative view (the kernels write plain values); "
                          f"pass a plain tensor")  # fmt: skip
-    if memory:  # (real tensors: under torch.compile the op's fake ones get here with memory=False)
-        if out.is_inference() and not torch.is_inference_mode_enabled():
-            raise ValueError(f"{arg} is an inference tensor (made under torch.inference_mode()), which torch does "
-                             f"not let be written outside inference mode: pass a tensor made outside it, or "
-                             f"call under torch.inference_mode()")  # fmt: skip
-        check_no_overlap(x, out, arg)
+    if memory and out.is_inference() and not torch.is_inference_mode_enabled():
+        raise ValueError(f"{arg} is an inference tensor (made under torch.inference_mode()), which torch does "
+                         f"not let be written outside inference mode: pass a tensor made outside it, or "
+                         f"call under torch.inference_mode()")  # fmt: skip
+    check_no_overlap(x, out, arg, traced=not memory)
 
 
 def check_input(x, ndim: int | None = 2, arg: str = "x") -> None:
@@ -589,8 +586,7 @@ def _transpose_out_op(x: torch.Tensor, out: torch.Tensor, backend: str) -> None:
 @_transpose_out_op.register_fake
 def _(x, out, backend):
     check_input(x)
-    check_out(x, out, (x.shape[1], x.shape[0]), memory=False)  # fake tensors have no addresses,
-    check_no_overlap_traced(x, out)  # but keep their storage
+    check_out(x, out, (x.shape[1], x.shape[0]), memory=False)  # fake tensors: no addresses
 
 
 @torch.library.custom_op("tileflip::permute", mutates_args=())
@@ -627,4 +623,3 @@ def _(x, dims, out, backend):
     check_input(x, ndim=None)
     dims = plan.check_perm(tuple(dims), x.dim())
     check_out(x, out, tuple(x.shape[d] for d in dims), memory=False)
-    check_no_overlap_traced(x, out)
