@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from helpers import without_interpreter
 
-from tileflip import analyze as az
+from tileflip.analyze import model as az
 from tileflip.plan import owner_of, transpose_grid
 
 SRC = Path(__file__).resolve().parents[1] / "src"
@@ -209,7 +209,7 @@ def test_dtype_names_and_sizes():
 
 def test_analyze_imports_no_gpu_stack():
     code = (
-        "import sys; import tileflip; before = set(sys.modules); import tileflip.analyze; "
+        "import sys; import tileflip; before = set(sys.modules); import tileflip.analyze.model; "
         "new = set(sys.modules) - before; "
         "bad = sorted(m for m in new if m.split('.')[0] in ('torch', 'triton', 'matplotlib')); "
         "print(','.join(bad))"
@@ -363,7 +363,7 @@ def test_all_twelve_h200_cases_within_10_points():
 @without_interpreter
 def test_triton_layouts_match_compiled_kernel(rec):
     pytest.importorskip("triton")
-    from tileflip.kernels.triton_layout import transpose_layout
+    from tileflip.kernels.triton.layout import transpose_layout
 
     bm, bn = rec["block"]
     compiled = transpose_layout(bm, bn, rec["num_warps"], rec["itemsize"], divisible=rec["divisible"])
@@ -409,7 +409,7 @@ NCU_CSV = "\n".join([
 
 
 def test_ncu_csv_is_summed_per_metric():
-    from tileflip.measure import _measured_counters, parse_ncu_csv
+    from tileflip.bench.measure import _measured_counters, parse_ncu_csv
 
     sums = parse_ncu_csv(NCU_CSV)
     assert sums["st_requests"] == 131072 and sums["st_sectors"] == 2097152 and sums["dram_write"] == 16777216

@@ -9,7 +9,9 @@ import sys
 import pytest
 from helpers import assert_bits_equal, poisoned
 
-from tileflip import bench, plots
+from tileflip.bench import suites as bench
+
+from tileflip.bench import plots
 
 
 def _records():
@@ -84,7 +86,7 @@ def _pythonpath():
 def test_tune_chooses_only_among_configs_measured_on_every_shape_of_a_class():
     """A configuration measured twice on one shape of a two-shape class must not count as measured on
     both; the choice is the best geometric mean among those measured on each shape."""
-    from tileflip import tune
+    from tileflip.bench import tune
 
     def row(config, shape, fraction):
         return {"element_size": 4, "shape_class": "tiny", "shape": list(shape), "config": list(config),
@@ -105,7 +107,7 @@ def test_tune_chooses_only_among_configs_measured_on_every_shape_of_a_class():
 def test_int8_skinny_is_chosen_over_its_extra_shape_too():
     """int8 skinny is swept on one more shape than the other sizes' (tune.EXTRA): a configuration measured
     only on the shared shapes does not compete for it, and does for fp32."""
-    from tileflip import tune
+    from tileflip.bench import tune
 
     def row(es, config, shape, fraction):
         return {"element_size": es, "shape_class": "skinny", "shape": list(shape), "config": list(config),

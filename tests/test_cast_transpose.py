@@ -18,8 +18,8 @@ import torch
 from conftest import HAS_GPU
 from helpers import poisoned, random_bits, without_interpreter
 
-from tileflip.cast import cast_transpose
-from tileflip.kernels import triton_cast_transpose as kernels
+from tileflip.ops.cast import cast_transpose
+from tileflip.kernels.triton import cast_transpose as kernels
 from tileflip.tuning import TileConfig
 
 # numpy warns on inf * 0 and overflowing products in the interpreter; they are the cases under test.

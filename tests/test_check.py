@@ -3,7 +3,7 @@
 The known-wrong kernels live in ``tests/wrong/`` (Triton tiles in ``triton_wrong.py``, one thread per
 element in ``per_element.py``, plain torch targets for the checker's own paths in ``misc.py``); fresh
 wrong kernels, with other tile sizes, names and grids, are written from templates into a temporary
-folder at test time. tileflip's own backends are checked through ``tileflip.check_targets``.
+folder at test time. tileflip's own backends are checked through ``tileflip.check.targets``.
 
 Checks run in child processes, so each fixture runs its checks on a thread pool, two at a time or
 one per core. On a GPU machine the same checks run natively on the GPU (device auto), and the
@@ -23,8 +23,8 @@ import numpy as np
 import pytest
 import torch
 
-from tileflip import check
-from tileflip.check_targets import BY_BACKEND
+from tileflip.check import suite as check
+from tileflip.check.targets import BY_BACKEND
 from tileflip.plan import owner_of
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -314,10 +314,10 @@ def test_fresh_kernels_get_the_same_verdicts(fresh_reports, family, expected):
 @pytest.mark.parametrize(
     "target,dtypes",
     [
-        ("tileflip.check_targets:triton_backend", ["float32", "bfloat16", "int8"]),
-        ("tileflip.check_targets:torch_backend", ["float32"]),
-        ("tileflip.ops:transpose", ["float32"]),
-        ("tileflip.check_targets:returning", ["float64"]),
+        ("tileflip.check.targets:triton_backend", ["float32", "bfloat16", "int8"]),
+        ("tileflip.check.targets:torch_backend", ["float32"]),
+        ("tileflip:transpose", ["float32"]),
+        ("tileflip.check.targets:returning", ["float64"]),
     ],
 )
 def test_project_backends_pass(target, dtypes):
@@ -330,7 +330,7 @@ def test_project_backends_pass(target, dtypes):
 @pytest.mark.gpu
 @pytest.mark.parametrize("backend", ["cuda-naive", "cuda-tiled", "cuda-tiled-nopad", "triton"])
 def test_cuda_backends_pass_on_the_gpu(backend):
-    report = check.check(f"tileflip.check_targets:{BY_BACKEND[backend]}", dtypes=["float32", "bfloat16", "int8"])
+    report = check.check(f"tileflip.check.targets:{BY_BACKEND[backend]}", dtypes=["float32", "bfloat16", "int8"])
     assert report.info.device == "cuda" and not report.info.interpreter
     assert report.passed, report.text()
 
@@ -338,7 +338,7 @@ def test_cuda_backends_pass_on_the_gpu(backend):
 @pytest.mark.gpu
 @pytest.mark.slow
 def test_triton_backend_past_two_to_the_31_on_the_gpu():
-    report = check.check("tileflip.check_targets:triton_backend", only=["normal"], large=check.LARGE_SHAPE)
+    report = check.check("tileflip.check.targets:triton_backend", only=["normal"], large=check.LARGE_SHAPE)
     large = next(o for o in report.outcomes if o.case.category == "large")
     assert large.kind == "ok", report.text()
 

@@ -17,7 +17,11 @@ SRC = Path(__file__).resolve().parents[1] / "src"  # children get it on PYTHONPA
 
 pytest.importorskip("cuda.bindings", reason="the CUDA backend needs cuda-python: pip install 'tileflip[cuda]'")
 
-from tileflip.kernels import cuda_permute, cuda_transpose, nvrtc  # noqa: E402 (after the importorskip)
+from tileflip.kernels.cuda import permute as cuda_permute
+
+from tileflip.kernels.cuda import transpose as cuda_transpose
+
+from tileflip.kernels.cuda import nvrtc  # noqa: E402 (after the importorskip)
 
 ARCH = 90
 ITEMSIZE = {f"u{bits}": bits // 8 for bits in cuda_transpose.ELEMENT_BITS}

@@ -19,7 +19,7 @@ pytestmark = [
 
 pytest.importorskip("cuda.bindings", reason="the CUDA backend needs cuda-python: pip install 'tileflip[cuda]'")
 
-from tileflip.kernels import cuda_transpose  # noqa: E402 (after the importorskip)
+from tileflip.kernels.cuda import transpose as cuda_transpose  # noqa: E402 (after the importorskip)
 
 # The variants that take any input; vec (1- and 2-byte elements, unit column stride, 16-byte output rows)
 # has tests of its own below.

@@ -136,7 +136,7 @@ def test_bench_runs_on_cpu(tmp_path):
     if sys.platform.startswith("linux"):
         env.setdefault("GLOO_SOCKET_IFNAME", "lo")
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-           "-m", "tileflip.bench_distributed", "--device", "cpu", "--scale", "256", "--rounds", "1", "--reps", "1",
+           "-m", "tileflip.bench.distributed", "--device", "cpu", "--scale", "256", "--rounds", "1", "--reps", "1",
            "--out", str(out)]  # fmt: skip
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=GROUP_LIMIT_S, check=False)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -159,7 +159,7 @@ def test_bench_runs_on_cpu(tmp_path):
 
 
 def test_not_initialized_is_refused():
-    from tileflip import distributed
+    from tileflip.distributed import core as distributed
 
     if torch.distributed.is_initialized():
         pytest.skip("a process group is already initialized in this process")
@@ -173,7 +173,7 @@ def test_segment_kernel_matches_reference(dtype, to_blocks):
     """The pack kernel alone, against its torch reference: two-level rows, uneven segments, an offset origin."""
     from helpers import assert_bits_equal, random_bits
 
-    from tileflip.kernels import triton_pack
+    from tileflip.kernels.triton import pack as triton_pack
 
     seg = triton_pack.Segments(rows=12, inner_rows=4, stride_outer=170, stride_inner=41,
                                starts=(0, 7, 20, 40), widths=(7, 13, 0, 1))  # fmt: skip
@@ -193,7 +193,7 @@ def test_pack_kernels_on_a_capped_grid(programs):
     collective), against the torch references: several tiles per segment and per run."""
     from helpers import assert_bits_equal, random_bits
 
-    from tileflip.kernels import triton_pack
+    from tileflip.kernels.triton import pack as triton_pack
 
     seg = triton_pack.Segments(rows=3000, inner_rows=1000, stride_outer=25000, stride_inner=23,
                                starts=(0, 7, 20), widths=(7, 13, 1))  # fmt: skip
@@ -220,7 +220,7 @@ def test_rows_kernel_matches_reference(dtype):
     """The own block's copy alone, against its torch reference: both sides on two levels, offset origins."""
     from helpers import assert_bits_equal, bits, random_bits
 
-    from tileflip.kernels import triton_pack
+    from tileflip.kernels.triton import pack as triton_pack
 
     spec = triton_pack.Rows(rows=12, inner_rows=4, width=6, src_outer=50, src_inner=9, dst_outer=41, dst_inner=7)
     src = random_bits((3 * 50 + 5,), dtype, seed=1)[5:]
@@ -234,7 +234,7 @@ def test_rows_kernel_matches_reference(dtype):
 
 
 def test_auto_chunks():
-    from tileflip.distributed import AUTO_SPLIT, AUTO_SPLIT_BYTES, auto_chunks, chunk_sizes
+    from tileflip.distributed.core import AUTO_SPLIT, AUTO_SPLIT_BYTES, auto_chunks, chunk_sizes
 
     assert auto_chunks(0, 64) == auto_chunks(AUTO_SPLIT_BYTES - 1, 64) == 1
     assert auto_chunks(AUTO_SPLIT_BYTES, 64) == auto_chunks(8 * AUTO_SPLIT_BYTES, 16) == AUTO_SPLIT == (3, 1)
@@ -249,7 +249,7 @@ def test_auto_chunks():
 
 
 def test_vector_width():
-    from tileflip.kernels.triton_pack import vector_width
+    from tileflip.kernels.triton.pack import vector_width
 
     assert vector_width(4, (8, 12), (0, 64)) == 4
     assert vector_width(4, (8, 6), (0, 64)) == 2
@@ -263,8 +263,9 @@ def test_passes_beside_a_collective_run_on_a_capped_grid(monkeypatch, backend):
     """The schedule of a 2-piece call: pack 0 and the last unpack on full grids; the later pack, the
     earlier unpack and the own block's move on the capped grid (Triton backends only), for transpose and
     seq_to_head. The launchers are replaced by recorders: only the plan's choices are under test."""
-    from tileflip import distributed
-    from tileflip.kernels import triton_pack, triton_transpose
+    from tileflip.distributed import core as distributed
+    from tileflip.kernels.triton import pack as triton_pack
+    from tileflip.kernels.triton import transpose as triton_transpose
 
     calls = []
     monkeypatch.setattr(distributed, "beside_programs", lambda device: 5)
@@ -290,7 +291,7 @@ def test_passes_beside_a_collective_run_on_a_capped_grid(monkeypatch, backend):
 
 
 def test_split_sizes_are_tensor_splits():
-    from tileflip.distributed import split_sizes
+    from tileflip.distributed.core import split_sizes
 
     for total in range(9):
         for parts in range(1, 5):
@@ -324,7 +325,7 @@ def _global(shape, dtype, device, seed, layout="contiguous"):
 def _check_transpose(rank, world, device, rows, N, dtype, chunks=1, layout="contiguous", seed=0, backend="auto"):
     from helpers import assert_bits_equal
 
-    from tileflip import distributed
+    from tileflip.distributed import core as distributed
 
     full = _global((sum(rows), N), getattr(torch, dtype), device, seed, layout)
     at = sum(rows[:rank])
@@ -335,7 +336,7 @@ def _check_transpose(rank, world, device, rows, N, dtype, chunks=1, layout="cont
 def _check_ulysses(rank, world, device, B, seq, H, D, dtype, chunks=1, layout="contiguous", seed=0, backend="auto"):
     from helpers import assert_bits_equal
 
-    from tileflip import distributed
+    from tileflip.distributed import core as distributed
 
     full = _global((B, sum(seq), H, D), getattr(torch, dtype), device, seed, layout)
     at, h = sum(seq[:rank]), H // world
@@ -361,7 +362,7 @@ def _expect_value_error(fn, *fragments):
 
 def _mismatches(rank, world, device):
     """Cases every rank must refuse the same way before any data moves; the group stays usable."""
-    from tileflip import distributed
+    from tileflip.distributed import core as distributed
 
     last = world - 1
     ones = torch.ones
@@ -397,7 +398,7 @@ def _exchange_copies(world, device):
     """The torch copy ops that the sizes exchange runs, on any thread (gloo's all_gather ran two)."""
     from torch.profiler import ProfilerActivity, profile
 
-    from tileflip import distributed
+    from tileflip.distributed import core as distributed
 
     ctx = distributed._context(None, "transpose")
     row = [1, 0, *range(7)]
@@ -459,8 +460,9 @@ def scenario_exact(rank, world, device):
 def scenario_beside(rank, world, device):
     """Every call with the moves beside a collective on 2 programs (the CPU otherwise launches full grids),
     the capped launches counted."""
-    from tileflip import distributed
-    from tileflip.kernels import triton_pack, triton_transpose
+    from tileflip.distributed import core as distributed
+    from tileflip.kernels.triton import pack as triton_pack
+    from tileflip.kernels.triton import transpose as triton_transpose
 
     capped = []
     distributed.beside_programs = lambda device: 2
@@ -493,7 +495,7 @@ def _gpu_cases(rank, world, device):
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
-    from tileflip import distributed
+    from tileflip.distributed import core as distributed
 
     rows = [1024 + 64 * i for i in range(world)]
     _check_transpose(rank, world, device, rows, 4097, "float32", 4, seed=1)
@@ -522,7 +524,7 @@ def _gpu_cases(rank, world, device):
 
 
 def scenario_single(rank, world, device):
-    from tileflip import distributed
+    from tileflip.distributed import core as distributed
 
     assert world == 1
     for chunks in (1, 3, "auto"):
@@ -533,7 +535,7 @@ def scenario_single(rank, world, device):
 
 
 def _fault_call(rank, world, device, chunks=1):
-    from tileflip import distributed
+    from tileflip.distributed import core as distributed
 
     t0 = time.monotonic()
     try:
@@ -560,7 +562,7 @@ def scenario_never_arrives(rank, world, device, store):
 
 
 def scenario_peer_dies(rank, world, device, when):
-    from tileflip import distributed
+    from tileflip.distributed import core as distributed
 
     if rank == world - 1:
         if when == "exits-before":

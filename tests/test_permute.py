@@ -221,8 +221,8 @@ def test_tile_kernel_lanes_run_along_each_sides_fastest_axis(shape, dims, elemen
     tails, a warp's lanes run along dimension 0 of the accessed tile, which the kernel makes the side's
     memory-fastest axis (A for loads, B for transposed stores). Where Triton could not prove a run
     contiguous it used to give the lanes to the other axis: every lane a different 32-byte sector."""
-    from tileflip.kernels.triton_layout import every_access_layout
-    from tileflip.kernels.triton_permute import compiled_tile_kernel
+    from tileflip.kernels.triton.layout import every_access_layout
+    from tileflip.kernels.triton.permute import compiled_tile_kernel
 
     strides = torch.empty(shape).stride()
     p = plan.plan_permute(shape, strides, dims, element_size)
@@ -285,7 +285,7 @@ def test_offset_bounds_cover_every_offset_the_kernel_forms():
     """The planner's bound on the tile kernel's offsets (which picks int32 offsets below 2**31) is at
     least the largest offset the kernel computes, masked tail lanes included: the kernel's decode run
     over every linear index of the padded grid, on both sides, from the kernel's own arguments."""
-    from tileflip.kernels.triton_permute import decodes_of, tile_args
+    from tileflip.kernels.triton.permute import decodes_of, tile_args
 
     checked = 0
     # (the flat rows kernel's own bound: test_flat_rows_offsets_bound)
@@ -328,7 +328,7 @@ def test_magic_arguments_decode_every_index_the_kernel_forms():
     (never 1 nor a multiple of 16; the magic past int32), so a new size compiles nothing new."""
     import numpy as np
 
-    from tileflip.kernels.triton_permute import arg_groups, decodes_of, magics_of, tile_args
+    from tileflip.kernels.triton.permute import arg_groups, decodes_of, magics_of, tile_args
 
     checked = 0
     for shape, dims, view, _es, p, go in _tile_launches(_offset_cases()):
@@ -373,7 +373,7 @@ def test_vector_widths_hold_on_every_element_the_kernel_moves():
     here from the kernel's own arguments over every index, for the named, random and vector-run cases."""
     import numpy as np
 
-    from tileflip.kernels.triton_permute import decodes_of, tile_args
+    from tileflip.kernels.triton.permute import decodes_of, tile_args
 
     rng = random.Random(7)
     cases = _offset_cases() + [(s, d, {1: torch.int8, 2: torch.bfloat16, 4: torch.float32}[e], "contiguous")
@@ -513,8 +513,8 @@ def test_one_byte_store_tile_compiles_without_a_stack(shape, dims):
     """Compiled for sm_90 (no GPU), the 1-byte-store tile's launches hold their values in registers:
     int8 (11,39,29,5,42,24) had compiled to 32 registers and a 3280-byte stack (0.06 of copy) before
     WIDE_LOAD_OFFSETS64 and REGISTER_CAP."""
-    from tileflip.kernels.triton_layout import resource_usage
-    from tileflip.kernels.triton_permute import compiled_tile_kernel
+    from tileflip.kernels.triton.layout import resource_usage
+    from tileflip.kernels.triton.permute import compiled_tile_kernel
 
     p = plan.plan_permute(shape, _contiguous_strides(shape), dims, 1)
     assert tuning.permute_launch(p, 1).blocks == tuning.WIDE_LOAD_TILES[(1, 1)][:2]
@@ -611,7 +611,7 @@ def test_offsets_switch_to_64_bits_at_2_31():
 @pytest.fixture
 def int64_offsets(monkeypatch):
     """Every tile-kernel launch with int64 offsets, as for tensors past 2**31 elements."""
-    from tileflip.kernels import triton_permute
+    from tileflip.kernels.triton import permute as triton_permute
 
     monkeypatch.setattr(tuning, "OFFSETS32_RULE", False)
     triton_permute.clear_cache()
@@ -623,7 +623,7 @@ def int64_offsets(monkeypatch):
 def without_magic(monkeypatch):
     """Every tile-kernel launch dividing with Triton's own integer division (``tuning.PERMUTE_MAGIC`` off),
     as launches whose indices need 64 bits do."""
-    from tileflip.kernels import triton_permute
+    from tileflip.kernels.triton import permute as triton_permute
 
     monkeypatch.setattr(tuning, "PERMUTE_MAGIC", False)
     triton_permute.clear_cache()
@@ -632,7 +632,7 @@ def without_magic(monkeypatch):
 
 
 def _tile_constexprs(shape, dims, element_size):
-    from tileflip.kernels.triton_permute import tile_args
+    from tileflip.kernels.triton.permute import tile_args
 
     p = plan.plan_permute(shape, _contiguous_strides(shape), dims, element_size)
     go = tuning.permute_launch(p, element_size)
@@ -678,7 +678,7 @@ def test_magic_decode_compiles_without_integer_division(magic, monkeypatch):
     or remainder, only multiply-highs (about three instructions a division where a signed division by a
     runtime int32 took about ten; on int8 (11,39,29,21,42,24) by (5,4,2,3,1,0) the divisions were most of
     the kernel's instructions); without it they divide."""
-    from tileflip.kernels.triton_permute import compiled_tile_kernel
+    from tileflip.kernels.triton.permute import compiled_tile_kernel
 
     monkeypatch.setattr(tuning, "PERMUTE_MAGIC", magic)
     shape, dims = (11, 39, 29, 21, 42, 24), (5, 4, 2, 3, 1, 0)
@@ -695,7 +695,7 @@ def test_magic_decode_compiles_without_integer_division(magic, monkeypatch):
 def test_int64_offset_path(device, int64_offsets):
     """The int64 offset path, which only tensors of 2**31 elements and more take by themselves, on the
     named cases of the tile kernel."""
-    from tileflip.kernels.triton_permute import launch_of
+    from tileflip.kernels.triton.permute import launch_of
 
     for i, (shape, dims, dtype, view) in enumerate(_named_tile_cases()):
         x = _view(shape, view, dtype, device, seed=i)
@@ -884,8 +884,8 @@ def test_flat_rows_offsets_bound(shape, strides, offsets64):
 def test_flat_rows_kernel_moves_16_byte_vectors():
     """Compiled for sm_90 (no GPU): the flat rows kernel's load and store give each thread one whole
     16-byte vector (VEC elements along the tile's dimension 1), for 2- and 4-byte elements."""
-    from tileflip.kernels.triton_layout import every_access_layout
-    from tileflip.kernels.triton_permute import compiled_tile_kernel
+    from tileflip.kernels.triton.layout import every_access_layout
+    from tileflip.kernels.triton.permute import compiled_tile_kernel
 
     for shape, dims, element_size in (((68, 38, 72, 92), (2, 0, 1, 3), 4), ((8, 4096, 32, 128), (0, 2, 1, 3), 2)):
         p = plan.plan_permute(shape, _contiguous_strides(shape), dims, element_size)

@@ -8,7 +8,7 @@ from helpers import assert_bits_equal, poisoned, random_bits
 
 import tileflip
 from tileflip import plan, tuning
-from tileflip.kernels import cuda_permute
+from tileflip.kernels.cuda import permute as cuda_permute
 
 # (shape, dims) of int8 permutes the kernel takes: the suite's case at a smaller size (A of 1008 bytes: a
 # tail tile of 48), a batch of one dimension, a batch of two
@@ -136,7 +136,7 @@ def _forbid(monkeypatch, module, name):
 @pytest.mark.gpu
 @pytest.mark.parametrize("shape, dims", TAKEN)
 def test_exact_bits_through_the_cuda_kernel(shape, dims, monkeypatch):
-    from tileflip.kernels import triton_permute
+    from tileflip.kernels.triton import permute as triton_permute
 
     _forbid(monkeypatch, triton_permute, "launch")  # the call must take the CUDA kernel
     x = random_bits(shape, torch.int8, "cuda", seed=1)
@@ -148,7 +148,7 @@ def test_exact_bits_through_the_cuda_kernel(shape, dims, monkeypatch):
 @pytest.mark.gpu
 @pytest.mark.parametrize("offset", [1, 7, 16, 29])
 def test_output_off_any_boundary(offset, monkeypatch):
-    from tileflip.kernels import triton_permute
+    from tileflip.kernels.triton import permute as triton_permute
 
     _forbid(monkeypatch, triton_permute, "launch")
     shape, dims = TAKEN[0]

@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from tileflip import pictures
-from tileflip.analyze import analyze, cli, warp_access
+from tileflip.analyze import pictures
+from tileflip.analyze.model import analyze, cli, warp_access
 
 # pictures draws on matplotlib's Agg canvas itself; the backend is pinned for anything else.
 matplotlib = pytest.importorskip("matplotlib")

@@ -299,7 +299,7 @@ def test_tile_axes_partition_the_dims_and_vectors_hold():
 
 
 def test_random_suite_plans():
-    from tileflip import bench
+    from tileflip.bench import suites as bench
 
     for case in bench.random_permute_cases(seed=0, count=40):
         size = plan.element_size(case.dtype)

@@ -237,7 +237,7 @@ def test_a_written_out_counts_as_changed_for_autograd(device, op):
 def test_a_refused_call_leaves_out_unchanged_for_autograd(monkeypatch):
     """A call refused after the argument checks (here: cuda-vec's own conditions, reached through a
     stand-in for a CUDA tensor's backend) moves neither out's bits nor its version counter."""
-    from tileflip import ops
+    from tileflip.ops import core as ops
 
     x = random_bits((3, 5), torch.int8)
     out = poisoned((5, 3), torch.int8)

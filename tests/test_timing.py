@@ -6,9 +6,9 @@ import pytest
 import torch
 from helpers import without_interpreter
 
-from tileflip import timing
-from tileflip.kernels import triton_flush
-from tileflip.kernels.triton_layout import compile_launch
+from tileflip.bench import timing
+from tileflip.kernels.triton import flush as triton_flush
+from tileflip.kernels.triton.layout import compile_launch
 
 
 def test_flush_mode_and_size_are_checked():

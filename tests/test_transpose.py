@@ -10,7 +10,7 @@ from conftest import HAS_GPU
 from helpers import assert_bits_equal, bits, poisoned, random_bits, without_interpreter
 
 import tileflip
-from tileflip import dtypes
+from tileflip.kernels import dtypes
 
 # Named shapes, each with the pitfall it exposes.
 SHAPES = {
@@ -215,7 +215,7 @@ def test_triton_cpu_without_interpreter_is_refused(tmp_path):
 @without_interpreter
 def test_compiles_for_sm90_without_gpu(element_size):
     from tileflip import tuning
-    from tileflip.kernels import triton_transpose
+    from tileflip.kernels.triton import transpose as triton_transpose
 
     config = tuning.triton_config(element_size)
     compiled = triton_transpose.compile_for_target(element_size, config, arch=90)
@@ -249,7 +249,7 @@ def test_no_recompile_for_new_shapes_of_a_class():
         triton.knobs.runtime.jit_post_compile_hook = old
     assert compiles == [], f"{len(compiles)} new compile(s) for shapes of a known class"
     # The counter does see a compile: a tile configuration no other test uses is a new kernel.
-    from tileflip.kernels import triton_transpose
+    from tileflip.kernels.triton import transpose as triton_transpose
     from tileflip.tuning import TileConfig
 
     triton.knobs.runtime.jit_post_compile_hook = count
@@ -282,7 +282,7 @@ def test_past_int32_elements(backend):
 def test_program_orders(group_m, device, backend):
     """Every program order of the kernel (columns of tiles on a 2-D or a 1-D grid, rows of tiles, or bands
     of group_m tile rows) is exact."""
-    from tileflip.kernels import triton_transpose
+    from tileflip.kernels.triton import transpose as triton_transpose
     from tileflip.tuning import TileConfig
 
     x = random_bits((200, 130), torch.int16, device, seed=group_m)[:, 1:]
@@ -298,7 +298,7 @@ def test_looped_launch(programs, group_m, device, backend):
     """``launch_looped``: a grid of fewer programs than tiles, each looping over its share (the distributed
     moves beside a collective), is exact in every program order, into an output with a wider row stride;
     a cap above the tile count launches one program per tile."""
-    from tileflip.kernels import triton_transpose
+    from tileflip.kernels.triton import transpose as triton_transpose
     from tileflip.tuning import TileConfig
 
     x = random_bits((150, 131), torch.float32, device, seed=programs)[:, 2:]  # 5 x 5 tiles of 32 x 32
@@ -314,7 +314,7 @@ def test_two_d_grid_launch_falls_back_past_grid_y():
     """group_m == -1 launches (grid_m, grid_n) while grid_n fits gridDim.y, else the same column order
     decoded from a 1-D grid (group_m 0), as the planner says."""
     from tileflip import plan
-    from tileflip.kernels import triton_transpose
+    from tileflip.kernels.triton import transpose as triton_transpose
     from tileflip.tuning import TileConfig
 
     config = TileConfig(32, 32, 4, -1, 1, 0, 1, 1)
@@ -362,8 +362,8 @@ def test_gather_full_programs_move_vectors(M):
     too (2 a branch), with more they gather one element a lane (8 a branch)."""
     import re
 
-    from tileflip.kernels import triton_transpose
-    from tileflip.kernels.triton_layout import compile_launch
+    from tileflip.kernels.triton import transpose as triton_transpose
+    from tileflip.kernels.triton.layout import compile_launch
 
     _, _, scalars = triton_transpose._gather_class(M, 100000, 100000, 1, M, 2, 0, 0, 0)
     names = ("M", "N", "stride_xm", "stride_xn", "stride_om", "total", "magic", "shift")
@@ -386,7 +386,7 @@ def test_gather_full_programs_move_vectors(M):
 def test_output_oriented_tile(view, interior, device, backend):
     """The tile held in the output's orientation (``out_tile=1``, no tl.trans) is exact on tails, interior
     tiles, strided, transposed and stride-0 inputs."""
-    from tileflip.kernels import triton_transpose
+    from tileflip.kernels.triton import transpose as triton_transpose
     from tileflip.tuning import TileConfig
 
     base = random_bits((200, 130), torch.int16, device, seed=len(view) + interior)
@@ -403,7 +403,7 @@ def test_prepared_calls_stay_exact_and_checked(backend):
     """Repeated calls of one signature take the prepared launch (``ops._prepared``): new data and a new
     ``out`` each time stay exact, an ``out`` of another 16-byte alignment is another signature, and an
     overlapping ``out`` is refused on a prepared signature too."""
-    from tileflip import ops
+    from tileflip.ops import core as ops
 
     for k in range(3):
         x = random_bits((40, 72), torch.float32, "cuda", seed=10 + k)
@@ -435,7 +435,7 @@ def test_fast_path_refuses_an_unhashable_backend_by_name():
 @pytest.mark.gpu
 def test_fast_path_reuses_the_compiled_kernel():
     """The second call of a class goes through the cached launcher, with exact results."""
-    from tileflip.kernels import triton_transpose
+    from tileflip.kernels.triton import transpose as triton_transpose
 
     x = random_bits((96, 160), torch.bfloat16, "cuda", seed=5)
     tileflip.transpose(x, backend="triton")
@@ -452,7 +452,7 @@ def test_fast_path_reuses_the_compiled_kernel():
 
 def test_vec_refusal_names_the_requirement():
     """What the cuda-vec kernel cannot take, and why (a pure rule, checked on the CPU)."""
-    from tileflip.ops import vec_refusal
+    from tileflip.ops.core import vec_refusal
 
     assert vec_refusal(1, 1, 8192, 0) is None and vec_refusal(2, 1, 8, 4096) is None
     assert "1- and 2-byte" in vec_refusal(4, 1, 8192, 0)
@@ -469,8 +469,8 @@ def test_cuda_vec_refuses_a_cpu_tensor():
 def test_auto_keeps_off_the_cuda_kernels_without_nvrtc(monkeypatch):
     """The table names CUDA C++ kernels for some classes (cuda-vec, cuda-naive); where cuda-python or NVRTC
     is missing (the optional extra), 'auto' runs the Triton kernel instead of failing."""
-    from tileflip import ops
-    from tileflip.kernels import nvrtc
+    from tileflip.ops import core as ops
+    from tileflip.kernels.cuda import nvrtc
 
     monkeypatch.setattr(nvrtc, "available", lambda: False)
     assert ops._auto_kernel("cuda-vec", 1, 1, 4096, 0) == "triton"
@@ -484,8 +484,10 @@ def test_auto_keeps_off_the_cuda_kernels_without_nvrtc(monkeypatch):
 
 @pytest.mark.gpu
 def test_auto_without_nvrtc_runs_triton_exactly(monkeypatch):
-    from tileflip import ops, tuning
-    from tileflip.kernels import cuda_transpose, nvrtc
+    from tileflip import tuning
+    from tileflip.ops import core as ops
+    from tileflip.kernels.cuda import transpose as cuda_transpose
+    from tileflip.kernels.cuda import nvrtc
 
     monkeypatch.setattr(nvrtc, "available", lambda: False)
     monkeypatch.setattr(cuda_transpose, "launch", lambda *a: pytest.fail("a CUDA C++ kernel was launched"))
@@ -505,8 +507,9 @@ def test_auto_without_nvrtc_runs_triton_exactly(monkeypatch):
 def test_cuda_vec_refusals_and_auto_fallback(monkeypatch):
     """backend='cuda-vec' refuses what it cannot take with the reason; 'auto' sends a 1-byte unaligned
     case to it where the call qualifies and to the Triton kernel where it does not, exact either way."""
-    from tileflip import ops, tuning
-    from tileflip.kernels import cuda_transpose
+    from tileflip import tuning
+    from tileflip.ops import core as ops
+    from tileflip.kernels.cuda import transpose as cuda_transpose
 
     x = random_bits((2048, 4095), torch.int8, "cuda", seed=3)  # 8 MiB, rows of 4095 bytes: "unaligned"
     for bad, fragment in [(x.to(torch.int32), "1- and 2-byte"), (x.t(), "stride 1"), (x[:2047], "16-byte units")]:
@@ -532,7 +535,7 @@ def test_cuda_vec_refusals_and_auto_fallback(monkeypatch):
 def test_ragged_skinny_tile_is_exact(device, backend):
     """The skinny tile on rows of one and a half tiles, with partial tiles down the columns."""
     from tileflip import tuning
-    from tileflip.kernels import triton_transpose
+    from tileflip.kernels.triton import transpose as triton_transpose
 
     config = tuning.triton_config(1, (217600, 384), 384)
     assert config == tuning.triton_config(1, (65536, 256), 256)

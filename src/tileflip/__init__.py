@@ -10,11 +10,11 @@ __all__ = ["transpose", "permute", "cast_transpose"]
 
 def __getattr__(name):
     if name == "cast_transpose":
-        from tileflip.cast import cast_transpose
+        from tileflip.ops.cast import cast_transpose
 
         return cast_transpose
     if name in __all__:
-        from tileflip import ops
+        from tileflip.ops import core as ops
 
         return getattr(ops, name)
     raise AttributeError(f"module 'tileflip' has no attribute {name!r}")

@@ -10,7 +10,9 @@ import time
 
 import torch
 
-from tileflip import explain, ops, plan, tuning
+from tileflip import explain, plan, tuning
+
+from tileflip.ops import core as ops
 
 # (name, shape, why it is here)
 CASES = [
@@ -102,7 +104,7 @@ def run(device: str, png: str, quick: bool = False) -> int:
         f"\n{'all cases bit-exact' if not failures else f'{failures} case(s) differ'} "
         "(compared as integer views, output poisoned first)"
     )
-    from tileflip import pictures
+    from tileflip.analyze import pictures
 
     path = pictures.draw_tile_grid(31, 65, 32, 32, png, title="31x65 in 32x32 tiles: 3 programs, masked slots shaded")
     print(f"tile grid picture: {path}")

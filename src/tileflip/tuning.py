@@ -1,6 +1,6 @@
 """Tile configurations and the ``auto`` backend, chosen per element size and shape class.
 
-The table is measured on the GPU machine (``python -m tileflip.tune`` for the Triton tiles,
+The table is measured on the GPU machine (``python -m tileflip.bench.tune`` for the Triton tiles,
 ``tileflip bench`` for the backend ``auto`` picks) and committed as ``data/tuning-h200.json``: GPU
 machines start bare and CI has no GPU, so nothing is tuned at run time. Until a case is measured the
 defaults below apply (tile shapes seen on an H200 for plain tiles: 64x64 with 8 warps for 4- and
@@ -118,7 +118,7 @@ def triton_config(element_size: int, shape: tuple | None = None, row_stride: int
     the table's entry for its ``shape_class`` (``tiny``, ``unaligned``: rows not 16-aligned, so no vector
     loads, ``skinny``, ``large``; the ``large`` entry where the table has none), or ``thin_config`` for
     a thin class (``sliver``, ``thin``, ``thin-large``).
-    (The fast path of ``tileflip.ops`` calls it once per call signature; the checked path per call.)"""
+    (The fast path of ``tileflip.ops.core`` calls it once per call signature; the checked path per call.)"""
     if shape is None:
         return _config(element_size, "large")
     M, N = shape

@@ -1,0 +1,57 @@
+"""The argument parsers every command shares: shapes, pairs, permutations and dtypes."""
+
+from __future__ import annotations
+
+import argparse
+
+from tileflip.plan.dtypes import dtype_name
+
+
+def pair(text: str, what: str = "shape") -> tuple[int, int]:
+    """'31x65' -> (31, 65)."""
+    try:
+        a, b = (int(v) for v in text.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{what} must look like 31x65, got {text!r}") from None
+    if a < 0 or b < 0:
+        raise argparse.ArgumentTypeError(f"{what} must be non-negative, got {text!r}")
+    return a, b
+
+
+def shape(text: str) -> tuple[int, ...]:
+    """'8x4096x32x128' -> (8, 4096, 32, 128); sizes are non-negative."""
+    try:
+        values = tuple(int(v) for v in text.lower().split("x")) if text else ()
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"shape must look like 31x65 or 8x4096x32x128, got {text!r}") from None
+    if any(v < 0 for v in values):
+        raise argparse.ArgumentTypeError(f"shape must be non-negative, got {text!r}")
+    return values
+
+
+def perm(text: str) -> tuple[int, ...]:
+    """'0,2,1,3' -> (0, 2, 1, 3); dims may be negative (write ``--perm=-1,0,1``)."""
+    try:
+        return tuple(int(v) for v in text.split(",")) if text else ()
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"perm must look like 0,2,1,3, got {text!r}") from None
+
+
+def dtype(text: str) -> str:
+    """A dtype's torch name, from a torch name, ``torch.<name>`` or a short name (fp32, bf16, ...)."""
+    try:
+        return dtype_name(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def dtypes(text: str) -> list[str]:
+    """'fp32,bf16,int8' -> ['float32', 'bfloat16', 'int8'] (repeats dropped, order kept)."""
+    names: list[str] = []
+    for part in text.split(","):
+        name = dtype(part)
+        if name not in names:
+            names.append(name)
+    if not names:
+        raise argparse.ArgumentTypeError(f"dtypes must be a comma-separated list such as fp32,bf16, got {text!r}")
+    return names

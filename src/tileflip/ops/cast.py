@@ -1,0 +1,155 @@
+"""``cast_transpose``: x to fp8 in both layouts, and max|x|, from one read of x.
+
+FP8 training keeps each tensor in fp8 twice, row-major and transposed (Hopper's fp8 matrix
+instructions want K-major operands), and needs max|x| for the next scale. As separate torch ops that
+reads x several times; here one Triton kernel reads each tile once and writes it twice, and each
+program folds the max|x| of its tile into the amax with an atomic max: one kernel is the whole call
+(while a CUDA graph is captured, a small reduction kernel over per-program partials follows).
+
+The conversion rule, exact on every input: ``y`` holds the bits torch gives for
+``(x.float() * scale).clamp(-fmax, fmax).to(dtype)``, with the product taken in fp32 (a Python float
+``scale`` is first rounded to fp32, as torch rounds it). So finite values above fmax and +-inf
+saturate to +-fmax (448 for e4m3fn, 57344 for e5m2), everything else rounds to nearest even, fp8
+subnormals included, and -0.0 stays -0.0. NaN gives NaN (byte 0x7f with x's sign bit; only
+"is NaN" is promised). On GPUs of compute capability 8.9 and later the kernel rounds with the
+hardware's ``cvt.rn.satfinite`` (two values per instruction, which keeps it memory-bound); in Triton's
+interpreter and on older GPUs with integer bit arithmetic. Both give exactly the bits above (see
+``tileflip.kernels.triton.cast_transpose``; the GPU tests run both against torch).
+
+``amax`` is ``x.abs().amax().float()`` of the unscaled x, exactly: NaN if x holds a NaN (as
+``torch.amax``), inf if it holds an inf, 0.0 when x is all zeros, and 0.0 for an empty x (where
+``torch.amax`` would raise).
+
+The cast is not differentiable: an ``x`` that requires grad is refused in grad mode (FP8 recipes call
+it inside their own autograd functions, where grad mode is off). A negative view (``c.conj().imag``)
+is resolved into a temporary first, for ``x`` and for a ``scale`` tensor.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import torch
+
+from tileflip.ops.core import check_dense
+
+INPUT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
+
+_kernel_module = None
+
+
+def _kernels():
+    # Imported on first use, like ops._triton: importing triton costs about a second.
+    global _kernel_module
+    if _kernel_module is None:
+        from tileflip.kernels.triton import cast_transpose as triton_cast_transpose
+
+        _kernel_module = triton_cast_transpose
+    return _kernel_module
+
+
+def _check_x(x) -> None:
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
+    check_dense(x, "x")
+    if x.requires_grad and torch.is_grad_enabled():
+        raise ValueError("cast_transpose is not differentiable, but x requires grad: call it under torch.no_grad() "
+                         "or on x.detach()")  # fmt: skip
+    if x.dim() != 2:
+        raise ValueError(f"x must be 2-D, got a {x.dim()}-D tensor of shape {tuple(x.shape)}")
+    if x.dtype not in INPUT_DTYPES:
+        raise TypeError(f"x must have dtype float32, float16 or bfloat16, got {x.dtype}")
+    if x.device.type == "cuda":
+        return
+    if x.device.type != "cpu":
+        raise ValueError(f"x must be on a CPU or CUDA device, got {x.device}")
+    if not _kernels().is_interpreted():
+        raise ValueError(
+            "cast_transpose got a CPU tensor, but Triton's interpreter is off: set TRITON_INTERPRET=1 "
+            "before importing tileflip to run the kernel on the CPU"
+        )
+
+
+def _check_dtype(dtype) -> None:
+    if dtype not in FP8_DTYPES:
+        raise TypeError(f"dtype must be torch.float8_e4m3fn or torch.float8_e5m2, got {dtype!r}")
+
+
+def _check_scale(x: torch.Tensor, scale) -> float | torch.Tensor:
+    """The scale as the kernel takes it (a Python float, or a plain 0-d float32 tensor), or a named error."""
+    if isinstance(scale, torch.Tensor):
+        check_dense(scale, "scale")
+        if scale.dim() != 0:
+            raise ValueError(f"scale must be a 0-d tensor, got shape {tuple(scale.shape)}")
+        if scale.dtype != torch.float32:
+            raise TypeError(f"scale must have dtype float32, got {scale.dtype}")
+        if scale.device != x.device:
+            raise ValueError(f"scale must be on {x.device} (x's device), got {scale.device}")
+        if scale.requires_grad and torch.is_grad_enabled():
+            raise ValueError("cast_transpose is not differentiable, but scale requires grad: call it under "
+                             "torch.no_grad() or with scale.detach()")  # fmt: skip
+        return scale.resolve_neg()
+    if isinstance(scale, bool) or not isinstance(scale, numbers.Real):
+        raise TypeError(f"scale must be a real number, a 0-d float32 tensor or None, got {type(scale).__name__}")
+    try:
+        return float(scale)
+    except OverflowError:
+        raise ValueError("scale must be within float range, got a value too large for a float") from None
+
+
+def _check_flag(name: str, value) -> None:
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
+
+
+def cast_transpose(
+    x: torch.Tensor,
+    dtype: torch.dtype = torch.float8_e4m3fn,
+    scale: float | torch.Tensor | None = None,
+    *,
+    transpose: bool = True,
+    amax: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    """Return ``(y, y_t, amax)`` for the 2-D fp32, fp16 or bf16 tensor ``x`` (any strides).
+
+    ``y`` is ``saturate(x * scale)`` in ``dtype`` (``torch.float8_e4m3fn`` or ``torch.float8_e5m2``),
+    contiguous M x N; ``y_t`` is its contiguous N x M transpose; ``amax`` is max|x| of the unscaled x
+    as a 0-d float32 tensor. ``transpose=False`` and ``amax=False`` put None in their place and skip
+    that work. ``scale`` is a Python float or a 0-d float32 tensor on x's device (read by the kernel,
+    so the host never waits for it); None means 1. The rounding rule is in this module's docstring.
+    Refusals are ``TypeError`` or ``ValueError`` naming the argument, raised before any work.
+    """
+    _check_x(x)
+    _check_dtype(dtype)
+    scale = _check_scale(x, 1.0 if scale is None else scale)
+    x = x.resolve_neg()
+    _check_flag("transpose", transpose)
+    _check_flag("amax", amax)
+    M, N = x.shape
+    y = torch.empty((M, N), dtype=dtype, device=x.device)
+    y_t = torch.empty((N, M), dtype=dtype, device=x.device) if transpose else None
+    if x.numel() == 0:
+        return y, y_t, (torch.zeros((), dtype=torch.float32, device=x.device) if amax else None)
+    kernels = _kernels()
+    if x.device.type == "cuda" and x.device.index != torch.cuda.current_device():
+        with torch.cuda.device(x.device):
+            return y, y_t, _launch(kernels, x, y, y_t, scale, dtype, amax)
+    return y, y_t, _launch(kernels, x, y, y_t, scale, dtype, amax)
+
+
+def _launch(kernels, x, y, y_t, scale, dtype, amax: bool):
+    """Run the kernel; return the amax (or None). The programs fold their partials into a fresh zeroed
+    int32 with an atomic max, so the one kernel is the whole call. While a CUDA graph is being
+    captured the slot could not be zeroed again between replays, so the programs write one partial
+    each and a reduction kernel follows (``finalize_amax``)."""
+    if not amax:
+        kernels.launch(x, y, y_t, None, scale, dtype)
+        return None
+    if x.device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+        partials = torch.empty(kernels.num_programs(*x.shape, x.element_size()), dtype=torch.int32, device=x.device)
+        kernels.launch(x, y, y_t, partials, scale, dtype)
+        return kernels.finalize_amax(partials)
+    slot = kernels.amax_slot(x.device)
+    kernels.launch(x, y, y_t, slot, scale, dtype, amax_atomic=True)
+    return slot.view(torch.float32)
