@@ -9,9 +9,7 @@ import sys
 import pytest
 from helpers import assert_bits_equal, poisoned
 
-from tileflip.bench import suites as bench
-
-from tileflip.bench import plots
+from tileflip.bench import cases, peers, plots, records, suites
 
 
 def _records():
@@ -30,14 +28,14 @@ def _records():
 
 
 def test_medians_over_rounds():
-    med = bench.medians(_records())
+    med = records.medians(_records())
     ms, _, frac = med[((1024, 512), "float32", "triton")]
     assert ms == 1.10
     assert abs(frac - 1.0 / 1.10) < 0.01  # median of 1/1.10, 1.02/1.05, 0.98/1.2
 
 
 def test_table_and_plot(tmp_path):
-    text = bench.table(_records())
+    text = suites.table(_records())
     assert "1024x512" in text and "triton" in text and "copy" in text
     path = tmp_path / "h200-2026-11-30-test.json"
     path.write_text(json.dumps(_records()))
@@ -65,9 +63,62 @@ def test_plot_of_a_permute_file(tmp_path):
 
 
 def test_suite_parts_split_the_suite():
-    whole = bench.suite_cases("2d")
-    parts = [c for k in (1, 2, 3) for c in bench.suite_cases("2d", f"{k}/3")]
+    whole = cases.suite_cases("2d")
+    parts = [c for k in (1, 2, 3) for c in cases.suite_cases("2d", f"{k}/3")]
     assert sorted(parts, key=str) == sorted(whole, key=str)
+    for bad in ("0/3", "4/3", "1of3", "x/y"):
+        with pytest.raises(ValueError, match="part: expected K/N"):
+            cases.suite_cases("2d", bad)
+    with pytest.raises(ValueError, match="suite: expected one of"):
+        cases.suite_cases("nope")
+
+
+def test_random_suite_file_is_its_generator():
+    """The random permute suite is read from the package's data file, which holds exactly the cases of
+    ``random_permute_cases(seed=0, count=40)``."""
+    from_file = cases.suite_cases("permute-random")
+    assert len(from_file) == 40 and all(c.perm is not None for c in from_file)
+    assert from_file == cases.random_permute_cases(seed=0, count=40)
+
+
+def _case_records(shape, ms, dtype="float32"):
+    return [dict(r, shape=list(shape), dtype=dtype, ms=ms) for r in _records()]
+
+
+def test_parts_merge_into_one_results_file(tmp_path):
+    """``--part`` runs write one file per suite and device, each replacing the records of its own cases;
+    a whole run replaces the file. The file says where it came from."""
+    first = records.write_results(_case_records((64, 32), 1.0), "2d", tmp_path, "tileflip bench --part 1/2",
+                                  part="1/2")  # fmt: skip
+    assert first == tmp_path / "h200" / "2d.json"
+    records.write_results(_case_records((32, 16), 2.0), "2d", tmp_path, "tileflip bench --part 2/2", part="2/2")
+    records.write_results(_case_records((64, 32), 3.0), "2d", tmp_path, "tileflip bench --part 1/2", part="1/2")
+    data = json.loads(first.read_text())
+    assert {k: data[k] for k in ("suite", "device", "gpu", "command", "file")} == {
+        "suite": "2d", "device": "h200", "gpu": "NVIDIA H200", "command": "tileflip bench --part 1/2",
+        "file": str(first)}  # fmt: skip
+    assert len(data["date"]) == 10 and sorted(data["parts"]) == ["1/2", "2/2"]
+    by_case = {}
+    for r in data["records"]:
+        by_case.setdefault(tuple(r["shape"]), set()).add(r["ms"])
+    assert by_case == {(64, 32): {3.0}, (32, 16): {2.0}}
+    assert len(data["records"]) == 2 * len(_records())
+    records.write_results(_case_records((8, 8), 4.0), "2d", tmp_path, "tileflip bench")
+    data = json.loads(first.read_text())
+    assert {tuple(r["shape"]) for r in data["records"]} == {(8, 8)} and "parts" not in data
+    assert records.load_records(first) == data["records"]
+    assert records.device_label("NVIDIA H200") == "h200"
+
+
+def test_plot_out_folder(tmp_path):
+    """``tileflip bench --plot FILE --out DIR`` draws into DIR; a results file in the current form (an
+    object with provenance and records) plots as a bare list of records does."""
+    from tileflip.cli import main
+
+    path = records.write_results(_records(), "2d", tmp_path / "results", "tileflip bench")
+    assert main(["bench", "--plot", str(path), "--out", str(tmp_path / "pngs")]) == 0
+    assert sorted(p.name for p in (tmp_path / "pngs").iterdir()) == ["2d-float32.png"]
+    assert plots.draw(str(path)) == [str(path.parent / "2d-float32.png")]
 
 
 def test_bench_refuses_without_gpu():
@@ -75,6 +126,38 @@ def test_bench_refuses_without_gpu():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           env={"CUDA_VISIBLE_DEVICES": "", "PATH": "/usr/bin:/bin", **_pythonpath()})  # fmt: skip
     assert proc.returncode == 2 and "needs a CUDA GPU" in proc.stderr
+
+
+BENCH_REFUSALS = [
+    (["--suite", "host", "--part", "1/2"], "--part is for the shape suites"),
+    (["--part", "3/2"], "part: expected K/N with 1 <= K <= N"),
+    (["--backends", "triton,nope"], "expected comma-separated names"),
+    (["--rounds", "0"], "expected a positive integer"),
+    (["--suite", "tune", "--classes", "nope"], "--classes: unknown class(es) ['nope']"),
+    (["--suite", "tune", "--sizes", "3"], "--sizes must be comma-separated element sizes"),
+    (["--suite=cast", "--shapes", "8x"], "shape must look like 31x65"),
+    (["--suite", "cast", "--tiles", "128x128"], "tiles: expected BMxBNwW"),
+]
+
+
+@pytest.mark.parametrize("argv,message", BENCH_REFUSALS, ids=[" ".join(a) for a, _ in BENCH_REFUSALS])
+def test_bench_refusals(argv, message, capsys):
+    from tileflip.cli import main
+
+    try:
+        rc = main(["bench", *argv])
+    except SystemExit as e:  # argparse's refusal
+        rc = e.code
+    assert rc == 2
+    assert message in capsys.readouterr().err
+
+
+def test_bench_package_and_xla_child_do_not_load_torch():
+    """The XLA child runs JAX alone: importing it (and the bench package, its cases and records) loads no torch."""
+    code = ("import sys, tileflip.bench, tileflip.bench.xla_child, tileflip.bench.cases, tileflip.bench.records; "
+            "sys.exit('torch' in sys.modules)")  # fmt: skip
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
 
 
 def _pythonpath():
@@ -137,10 +220,10 @@ def test_shape_classes_and_their_tiles():
     assert tuning.shape_class(8192, 8191, 8) == "large"  # no row stride given: aligned
     assert tuning.shape_class(65536, 256, 4, 256) == "skinny"
     assert tuning.shape_class(8192, 8192, 4, 8192) == "large"
-    tiny = tuning._config(4, "tiny")
+    tiny = tuning.table_config(4, "tiny")
     assert tuning.triton_config(4, (31, 65), 65) == tuning.triton_config(4, (1024, 512), 512) == tiny
     assert tuning.triton_config(4, (12, 4000), 4000) == tuning.thin_config(12, 4000)
-    assert tuning.triton_config(8, (8192, 8191), 8191) == tuning._config(8, "unaligned")
+    assert tuning.triton_config(8, (8192, 8191), 8191) == tuning.table_config(8, "unaligned")
 
 
 def test_auto_reads_the_row_stride(monkeypatch):
@@ -149,14 +232,14 @@ def test_auto_reads_the_row_stride(monkeypatch):
     from tileflip import tuning
 
     table = {"triton": {}, "auto": {"8:large": "cuda-tiled", "8:unaligned": "cuda-naive"}}
-    monkeypatch.setattr(tuning, "_table", lambda: table)
-    tuning._auto.cache_clear()
+    monkeypatch.setattr(tuning, "table", lambda: table)
+    tuning.auto_choice.cache_clear()
     try:
         assert tuning.auto_for(8192, 8191, 8, 8191) == "cuda-naive"
         assert tuning.auto_for(8192, 8192, 8, 8192) == "cuda-tiled"
         assert tuning.auto_for(8192, 8191, 8) == "cuda-tiled"  # no row stride given: aligned
     finally:
-        tuning._auto.cache_clear()
+        tuning.auto_choice.cache_clear()
 
 
 @pytest.mark.gpu
@@ -168,17 +251,17 @@ def test_peers_move_the_right_bits():
         pytest.skip("jax is not installed")
     import torch
 
-    cases = [bench.Case((37, 48), "bfloat16"), bench.Case((6, 5, 8, 3), "int8", (2, 0, 3, 1)),
-             bench.Case((4, 6, 10), "float32", (1, 2, 0))]  # fmt: skip
-    for case in cases:
-        x = bench._make_input(case)
+    some = [cases.Case((37, 48), "bfloat16"), cases.Case((6, 5, 8, 3), "int8", (2, 0, 3, 1)),
+            cases.Case((4, 6, 10), "float32", (1, 2, 0))]  # fmt: skip
+    for case in some:
+        x = records.make_input(case.shape, case.dtype)
         out = poisoned(case.out_shape, x.dtype, "cuda")
-        fns, notes = bench.op_functions(case, x, out, ["cupy"])
+        fns, notes = peers.op_functions(case, x, out, ["cupy"])
         assert not notes and [b for b, _ in fns] == ["cupy"]
         fns[0][1]()
         torch.cuda.synchronize()
         assert_bits_equal(out, x.t() if case.perm is None else x.permute(case.perm))
-    xla = bench.run_xla(cases, quick=True, check=True)
+    xla = peers.run_xla(some, quick=True, check=True)
     assert "error" not in xla, xla["error"]
-    assert xla["exact"] == {c.label: True for c in cases}
-    assert set(xla["ms"]) == {c.label for c in cases} and min(xla["ms"].values()) > 0
+    assert xla["exact"] == {c.label: True for c in some}
+    assert set(xla["ms"]) == {c.label for c in some} and min(xla["ms"].values()) > 0

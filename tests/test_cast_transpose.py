@@ -18,9 +18,11 @@ import torch
 from conftest import HAS_GPU
 from helpers import poisoned, random_bits, without_interpreter
 
-from tileflip.ops.cast import cast_transpose
+from tileflip import tuning
 from tileflip.kernels.triton import cast_transpose as kernels
-from tileflip.tuning import TileConfig
+from tileflip.kernels.triton import launch as launcher
+from tileflip.ops.cast import cast_transpose
+from tileflip.plan import TileConfig
 
 # numpy warns on inf * 0 and overflowing products in the interpreter; they are the cases under test.
 pytestmark = pytest.mark.filterwarnings("ignore:.*encountered in:RuntimeWarning")
@@ -77,10 +79,11 @@ def check(x, dtype, scale=None, *, config=None, hw_cvt=None):
     """Launch into poisoned outputs and compare y, y_t and amax with the reference. On a GPU the case
     runs twice: the first launch compiles, the second takes the launcher's fast path."""
     M, N = x.shape
+    config = config or tuning.cast_config(x.element_size())
     want = reference(x, dtype, scale)
     for _ in range(2 if x.is_cuda else 1):
         y, y_t = poisoned((M, N), dtype, x.device), poisoned((N, M), dtype, x.device)
-        partials = poisoned((kernels.num_programs(M, N, x.element_size(), config),), torch.int32, x.device)
+        partials = poisoned((kernels.num_programs(M, N, config),), torch.int32, x.device)
         kernels.launch(x, y, y_t, partials, 1.0 if scale is None else scale, dtype, config, hw_cvt=hw_cvt)
         assert_fp8_equal(y, want[0], x)
         assert_fp8_equal(y_t, want[1])
@@ -399,7 +402,8 @@ def test_amax_atomic_needs_one_slot(device):
     x = torch.ones(64, 64, device=device)
     y, y_t = torch.empty(64, 64, dtype=E4M3, device=device), torch.empty(64, 64, dtype=E4M3, device=device)
     with pytest.raises(ValueError, match="amax_atomic=True needs partials of one int32"):
-        kernels.launch(x, y, y_t, torch.zeros(2, dtype=torch.int32, device=device), 1.0, E4M3, amax_atomic=True)
+        kernels.launch(x, y, y_t, torch.zeros(2, dtype=torch.int32, device=device), 1.0, E4M3,
+                       tuning.cast_config(4), amax_atomic=True)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -493,11 +497,11 @@ def test_sm90_code():
     Compiled where Triton's interpreter is off (the interpreter cannot lower triton's own jit helpers)."""
     for x_dtype in (torch.bfloat16, torch.float16, torch.float32):
         for dtype, fmt in ((torch.float8_e4m3fn, "e4m3x2"), (torch.float8_e5m2, "e5m2x2")):
-            config = kernels.tile_config(x_dtype.itemsize)
+            config = tuning.cast_config(x_dtype.itemsize)
             per_thread = config.block_m * config.block_n // (32 * config.num_warps)
             per_instr = {}
             for hw in (True, False):
-                kernel = kernels.compile_for_target(x_dtype, dtype, hw_cvt=hw)
+                kernel = kernels.compile_for_target(x_dtype, dtype, config=config, hw_cvt=hw)
                 ptx = kernel.asm["ptx"]
                 cvts = re.findall(r"cvt\.rn\.satfinite\.(\w+)\.f32", ptx)
                 if hw:
@@ -608,7 +612,7 @@ def test_interpreter_never_uses_hw_cvt():
     x = torch.ones(8, 8)
     y, y_t = torch.empty(8, 8, dtype=E4M3), torch.empty(8, 8, dtype=E4M3)
     with pytest.raises(ValueError, match="hw_cvt=True needs a CUDA GPU"):
-        kernels.launch(x, y, y_t, None, 1.0, E4M3, hw_cvt=True)
+        kernels.launch(x, y, y_t, None, 1.0, E4M3, tuning.cast_config(x.element_size()), hw_cvt=True)
 
 
 @pytest.mark.gpu
@@ -616,13 +620,13 @@ def test_gpu_default_is_hw_cvt():
     """On sm_89+ cast_transpose takes the hardware path by default (and the integer one elsewhere)."""
     has = torch.cuda.get_device_capability() >= (8, 9)
     assert kernels.uses_hw_cvt("cuda") == has
-    kernels._compiled.clear()  # another test in this process may have compiled the class already
-    before = set(kernels._compiled)
+    launcher._compiled.clear()  # another test in this process may have compiled the class already
+    before = set(launcher.compiled_classes("cast"))
     x = torch.randn(48, 96, device="cuda", dtype=torch.float16)
     y, y_t, _ = cast_transpose(x, E5M2, 3.0)
     assert_fp8_equal(y, reference(x, E5M2, 3.0)[0])
     assert_fp8_equal(y_t, reference(x, E5M2, 3.0)[1])
-    new = [kernels._compiled[key] for key in set(kernels._compiled) - before]
+    new = [kernel for key, kernel in launcher.compiled_classes("cast").items() if key not in before]
     assert new, "no kernel compiled for a new class"
     assert all(("cvt.rn.satfinite.e5m2x2" in kern.asm["ptx"]) == has for kern in new)
 

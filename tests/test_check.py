@@ -23,9 +23,12 @@ import numpy as np
 import pytest
 import torch
 
-from tileflip.check import suite as check
+from tileflip.check import cases, diagnose, runner
+from tileflip.check.report import Report
 from tileflip.check.targets import BY_BACKEND
+from tileflip.cli.check import main as check_main
 from tileflip.plan import owner_of
+from tileflip.plan.dtypes import ELEMENT_SIZE
 
 ROOT = Path(__file__).resolve().parent.parent
 WRONG = ROOT / "tests" / "wrong"
@@ -57,21 +60,21 @@ def shipped(name: str) -> str:
     return f"{WRONG / file}:{function}"
 
 
-def run_checks(targets: list[str], **options) -> dict[str, check.Report]:
-    """``check.check_many`` over WORKERS batches at once: each batch shares its children (one torch import
+def run_checks(targets: list[str], **options) -> dict[str, Report]:
+    """``runner.check_many`` over WORKERS batches at once: each batch shares its children (one torch import
     per child, not per target) and the batches share the cores."""
     batches = [targets[k::WORKERS] for k in range(WORKERS) if targets[k::WORKERS]]
     with ThreadPoolExecutor(WORKERS) as pool:
-        parts = list(pool.map(lambda batch: check.check_many(batch, **options), batches))
+        parts = list(pool.map(lambda batch: runner.check_many(batch, **options), batches))
     return {target: report for part in parts for target, report in part.items()}
 
 
-def top_hint(report: check.Report) -> str:
+def top_hint(report: Report) -> str:
     hints = report.hints()
     return hints[0]["key"] if hints else "none"
 
 
-def failing_summary(report: check.Report) -> str:
+def failing_summary(report: Report) -> str:
     return "\n".join(f"{o.case.label}: {[h.key for h in o.hypotheses]}" for o in report.outcomes if not o.passed)
 
 
@@ -115,7 +118,7 @@ def square_only_reports():
     return {name: reports[shipped(name)] for name in SHIPPED_WRONG}
 
 
-@pytest.mark.slow  # the one-thread-per-element kernels run 4096 blocks of 16x16 each at 1024x1024
+@pytest.mark.slow  # at 1024x1024 the one-thread-per-element kernels launch 4096 blocks of 16x16 each
 @pytest.mark.parametrize("name", SHIPPED_WRONG)
 def test_square_only_passes_every_wrong_one(square_only_reports, name):
     """The square trap: at 1024x1024 alone every one of these pitfalls goes unseen."""
@@ -124,29 +127,29 @@ def test_square_only_passes_every_wrong_one(square_only_reports, name):
     assert report.passed, report.text()
 
 
-def test_rubric_scores_like_the_seed(shipped_reports):
+def test_score_weighs_whole_tile_and_edge_shapes(shipped_reports):
     def scores(name):
-        r = shipped_reports[name].rubric_scores()
-        return r["normal_inputs"], r["boundary_inputs"], r["explanation"]
+        s = shipped_reports[name].score()
+        return s["normal_inputs"], s["boundary_inputs"], s["total"], s["out_of"]
 
-    assert scores("per_element.py:naive_right") == (2, 1, None)
+    assert scores("per_element.py:naive_right") == (2, 1, 3, 3)
     # Tails only: whole-tile shapes are right, so the normal inputs keep their 2 points.
-    assert scores("per_element.py:naive_no_store_mask") == (2, 0, None)
-    assert scores("per_element.py:smem_reused_mask") == (2, 0, None)
-    assert scores("per_element.py:naive_leading_dim") == (0, 0, None)
+    assert scores("per_element.py:naive_no_store_mask") == (2, 0, 2, 3)
+    assert scores("per_element.py:smem_reused_mask") == (2, 0, 2, 3)
+    assert scores("per_element.py:naive_leading_dim") == (0, 0, 0, 3)
 
 
 def test_hints_hold_when_codes_repeat():
     """1-byte codes repeat every 253 elements, so values cannot be traced back: the hints still hold."""
     names = ["triton_wrong.py:leading_dim", "triton_wrong.py:swapped_bounds"]
-    reports = check.check_many([shipped(n) for n in names], dtypes=["int8"], only=["boundary", "non-square"])
+    reports = runner.check_many([shipped(n) for n in names], dtypes=["int8"], only=["boundary", "non-square"])
     for name in names:
         assert top_hint(reports[shipped(name)]) == SHIPPED_WRONG[name], reports[shipped(name)].text()
 
 
 def test_block_maps_mismatches_to_the_planner_tiles():
     reused, unmasked = shipped("per_element.py:smem_reused_mask"), shipped("per_element.py:naive_no_store_mask")
-    reports = check.check_many([reused, unmasked], block=(16, 16), only=["boundary"])
+    reports = runner.check_many([reused, unmasked], block=(16, 16), only=["boundary"])
     assert top_hint(reports[reused]) == "reused-input-mask"
     outcome = next(o for o in reports[reused].outcomes if o.case.label.startswith("31x65"))
     missing = [row for row in outcome.mismatches if row.get("got", "").startswith("never written")]
@@ -321,7 +324,7 @@ def test_fresh_kernels_get_the_same_verdicts(fresh_reports, family, expected):
     ],
 )
 def test_project_backends_pass(target, dtypes):
-    report = check.check(target, dtypes=dtypes)
+    report = runner.check(target, dtypes=dtypes)
     assert report.passed, report.text()
     if not HAS_GPU and "triton" in target:
         assert report.info.interpreter
@@ -330,7 +333,7 @@ def test_project_backends_pass(target, dtypes):
 @pytest.mark.gpu
 @pytest.mark.parametrize("backend", ["cuda-naive", "cuda-tiled", "cuda-tiled-nopad", "triton"])
 def test_cuda_backends_pass_on_the_gpu(backend):
-    report = check.check(f"tileflip.check.targets:{BY_BACKEND[backend]}", dtypes=["float32", "bfloat16", "int8"])
+    report = runner.check(f"tileflip.check.targets:{BY_BACKEND[backend]}", dtypes=["float32", "bfloat16", "int8"])
     assert report.info.device == "cuda" and not report.info.interpreter
     assert report.passed, report.text()
 
@@ -338,7 +341,7 @@ def test_cuda_backends_pass_on_the_gpu(backend):
 @pytest.mark.gpu
 @pytest.mark.slow
 def test_triton_backend_past_two_to_the_31_on_the_gpu():
-    report = check.check("tileflip.check.targets:triton_backend", only=["normal"], large=check.LARGE_SHAPE)
+    report = runner.check("tileflip.check.targets:triton_backend", only=["normal"], large=cases.LARGE_SHAPE)
     large = next(o for o in report.outcomes if o.case.category == "large")
     assert large.kind == "ok", report.text()
 
@@ -353,7 +356,7 @@ def misc(function: str) -> str:
 
 
 def test_a_dying_child_fails_its_category_not_the_checker():
-    report = check.check(misc("abort_on_tails"), only=["normal", "boundary"])
+    report = runner.check(misc("abort_on_tails"), only=["normal", "boundary"])
     table = report.categories()
     assert table["normal"]["status"] == "pass"
     assert table["boundary"]["status"] == "fail"
@@ -364,7 +367,7 @@ def test_a_dying_child_fails_its_category_not_the_checker():
 
 
 def test_exceptions_are_reported_with_their_message():
-    report = check.check(misc("raises"), only=["normal"])
+    report = runner.check(misc("raises"), only=["normal"])
     assert not report.passed
     assert all(o.kind == "exception" for o in report.outcomes)
     assert "RuntimeError: deliberate failure for a 128x96 input" in report.text(show=4)
@@ -374,14 +377,14 @@ def test_exceptions_are_reported_with_their_message():
 
 
 def test_unread_strides_are_named():
-    report = check.check(misc("stride_blind"))
+    report = runner.check(misc("stride_blind"))
     assert report.categories()["non-contiguous"]["status"] == "fail"
     assert report.categories()["normal"]["status"] == "pass"
     assert top_hint(report) == "input-strides"
 
 
 def test_an_output_never_written_is_caught_in_the_return_form():
-    report = check.check(misc("never_writes"), only=["normal"])
+    report = runner.check(misc("never_writes"), only=["normal"])
     assert report.info.form == "return"
     assert top_hint(report) == "nothing-written"
     assert all(o.counts["never_written"] == o.counts["elements"] for o in report.outcomes)
@@ -389,29 +392,29 @@ def test_an_output_never_written_is_caught_in_the_return_form():
 
 def test_wrapped_offsets_are_named_from_the_summary():
     # The large-case path on a CPU-sized shape: misc.wraps_past_limit stops writing at flat 2**16.
-    report = check.check(misc("wraps_past_limit"), only=["normal"], large=(300, 300), overflow_limit=2**16)
+    report = runner.check(misc("wraps_past_limit"), only=["normal"], large=(300, 300), overflow_limit=2**16)
     assert top_hint(report) == "int32-overflow"
     assert [o.case.category for o in report.outcomes if not o.passed] == ["large"]
 
 
 @pytest.mark.skipif(HAS_GPU, reason="on a GPU the default large case runs")
 def test_the_default_large_case_needs_a_gpu():
-    report = check.check(misc("right"), only=["normal"], large=check.LARGE_SHAPE)
+    report = runner.check(misc("right"), only=["normal"], large=cases.LARGE_SHAPE)
     assert report.passed
     assert report.categories()["large"]["status"] == "skipped"
 
 
 def test_overflow_hint_from_a_summary():
-    case = check.Case(0, "large", 65537, 32769, "float32")
+    case = cases.Case(0, "large", 65537, 32769, "float32")
     past = {"wrong": 10, "first_wrong_out_flat": 2**31 + 3, "first_wrong_x_flat": 2**31 + 7}
-    assert check.overflow_hypothesis(case, past).key == "int32-overflow"
+    assert diagnose.overflow_hypothesis(case, past).key == "int32-overflow"
     early = {"wrong": 10, "first_wrong_out_flat": 100, "first_wrong_x_flat": 5}
-    assert check.overflow_hypothesis(case, early).key == "unknown"
+    assert diagnose.overflow_hypothesis(case, early).key == "unknown"
 
 
-@pytest.mark.parametrize("dtype", sorted(check.ENCODINGS))
+@pytest.mark.parametrize("dtype", sorted(cases.ENCODINGS))
 def test_codes_decode_to_their_element(dtype):
-    enc = check.ENCODINGS[dtype]
+    enc = cases.ENCODINGS[dtype]
     numel = min(5000, enc.period or 5000)
     index = np.arange(numel)
     src, slot = enc.decode(enc.codes(index), numel)
@@ -422,41 +425,100 @@ def test_codes_decode_to_their_element(dtype):
     assert src[0] == -1 and slot[0] == -1
 
 
+@pytest.mark.parametrize("dtype", sorted(cases.ENCODINGS))
+def test_return_fill_is_what_torch_fills(dtype):
+    """The f(x) -> y form recognizes an unwritten element by the value torch's deterministic mode fills in."""
+    enc = cases.ENCODINGS[dtype]
+    was = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    try:
+        filled = torch.empty(4, dtype=getattr(torch, dtype))
+    finally:
+        torch.use_deterministic_algorithms(was)
+    signed = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[enc.size]
+    bits = filled.view(signed).numpy().view(enc.carrier)
+    assert (bits == enc.return_fill).all(), [hex(b) for b in bits]
+
+
+@pytest.mark.parametrize("dtype", sorted(ELEMENT_SIZE))
+def test_every_dtype_of_the_table_is_checked_or_refused_by_name(dtype):
+    if dtype in cases.ENCODINGS:
+        assert cases.encoding(dtype).size == ELEMENT_SIZE[dtype]
+    else:
+        with pytest.raises(ValueError, match=f"dtype {dtype} cannot be checked"):
+            cases.encoding(dtype)
+
+
+def test_dtypes_take_every_spelling_of_the_table():
+    assert runner.validate(dtypes=["fp32", "torch.bfloat16", "i8", "float32", "u16"]) == [
+        "float32",
+        "bfloat16",
+        "int8",
+        "uint16",
+    ]
+    with pytest.raises(ValueError, match="dtype bool cannot be checked"):
+        runner.validate(dtypes=["bool"])
+
+
 # ---------------------------------------------------------------------------------------------------
 # Command line
 # ---------------------------------------------------------------------------------------------------
 
 
+def cli(argv: list[str]) -> int:
+    """``tileflip check`` in this process; a refused argument's SystemExit becomes its status."""
+    try:
+        return check_main(argv)
+    except SystemExit as stop:
+        return stop.code
+
+
 def test_cli_json_and_exit_status(capsys):
-    assert check.cli([misc("right"), "--only", "normal", "--json"]) == 0
+    assert cli([misc("right"), "--only", "normal", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["passed"] and data["categories"]["normal"]["status"] == "pass"
-    assert check.cli([misc("stride_blind"), "--only", "non-contiguous", "--json", "--rubric"]) == 1
+    assert "score" not in data
+    assert cli([misc("stride_blind"), "--only", "non-contiguous", "--json", "--score"]) == 1
     data = json.loads(capsys.readouterr().out)
     assert not data["passed"] and data["hints"][0]["key"] == "input-strides"
-    assert data["rubric"]["explanation"] is None
+    assert data["score"] == {
+        "normal_inputs": 0,
+        "boundary_inputs": 0,
+        "total": 0,
+        "out_of": 3,
+        "boundary_categories": ["non-contiguous"],
+    }
 
 
-def test_cli_rubric_text(capsys):
-    assert check.cli([misc("right"), "--rubric", "--only", "normal,boundary"]) == 0
+def test_cli_score_text(capsys):
+    assert cli([misc("right"), "--score", "--only", "normal,boundary"]) == 0
     out = capsys.readouterr().out
     assert "normal inputs    2/2" in out and "boundary inputs  1/1" in out
-    assert "explanation: 0/1, a person's to give" in out
+    assert "total            3/3" in out
 
 
 def test_cli_refuses_what_it_cannot_check(capsys):
-    assert check.cli([misc("no_such_function"), "--only", "normal"]) == 2
+    assert cli([misc("no_such_function"), "--only", "normal"]) == 2
     assert "no attribute 'no_such_function'" in capsys.readouterr().err
-    assert check.cli([misc("right"), "--dtypes", "float128"]) == 2
-    assert "unsupported dtype" in capsys.readouterr().err
+    assert cli([misc("right"), "--dtypes", "float128"]) == 2
+    assert "dtype must be a torch dtype name" in capsys.readouterr().err
+    assert cli([misc("right"), "--dtypes", "fp32,bool"]) == 2
+    assert "dtype bool cannot be checked" in capsys.readouterr().err
+    assert cli([misc("right"), "--only", "normal,tails"]) == 2
+    assert "unknown categories ['tails']" in capsys.readouterr().err
+    assert cli([misc("right"), "--block", "0x32"]) == 2
+    assert "--block sides must be positive" in capsys.readouterr().err
+    assert cli([misc("right"), "--timeout", "nan"]) == 2
+    assert "--timeout must be a positive number" in capsys.readouterr().err
 
 
 def test_the_checker_process_imports_no_triton():
     code = (
         "import sys\n"
-        "from tileflip import check\n"
-        f"rc = check.cli([{shipped('triton_wrong.py:right')!r}, '--only', 'normal', '--json'])\n"
+        "from tileflip.cli.check import main\n"
+        f"rc = main([{shipped('triton_wrong.py:right')!r}, '--only', 'normal', '--json'])\n"
         "assert 'triton' not in sys.modules, 'the checker imported triton'\n"
+        "assert 'torch' not in sys.modules, 'the checker imported torch'\n"
         "sys.exit(rc)\n"
     )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
@@ -464,3 +526,14 @@ def test_the_checker_process_imports_no_triton():
     done = subprocess.run(command, check=False, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["passed"]
+
+
+def test_the_package_names_its_entry_points_lazily():
+    import tileflip.check
+
+    assert tileflip.check.check is runner.check and tileflip.check.check_many is runner.check_many
+    assert tileflip.check.Report is Report and tileflip.check.TargetError is runner.TargetError
+    code = "import sys, tileflip.check; assert not {'tileflip.check.runner', 'numpy'} & set(sys.modules)"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-c", code], check=False, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr

@@ -17,11 +17,9 @@ SRC = Path(__file__).resolve().parents[1] / "src"  # children get it on PYTHONPA
 
 pytest.importorskip("cuda.bindings", reason="the CUDA backend needs cuda-python: pip install 'tileflip[cuda]'")
 
-from tileflip.kernels.cuda import permute as cuda_permute
-
-from tileflip.kernels.cuda import transpose as cuda_transpose
-
 from tileflip.kernels.cuda import nvrtc  # noqa: E402 (after the importorskip)
+from tileflip.kernels.cuda import permute as cuda_permute  # noqa: E402
+from tileflip.kernels.cuda import transpose as cuda_transpose  # noqa: E402
 
 ARCH = 90
 ITEMSIZE = {f"u{bits}": bits // 8 for bits in cuda_transpose.ELEMENT_BITS}
@@ -178,7 +176,7 @@ def _no_nvrtc(*args, **kwargs):
 
 def test_disk_cache_written_by_another_process_is_reused(cache, tiny_cu, monkeypatch):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(SRC), os.environ.get("PYTHONPATH")])))
-    code = f"from tileflip.kernels import nvrtc; nvrtc.compile_cubin({str(tiny_cu)!r}, {ARCH})"
+    code = f"from tileflip.kernels.cuda import nvrtc; nvrtc.compile_cubin({str(tiny_cu)!r}, {ARCH})"
     subprocess.run([sys.executable, "-c", code], env=env, check=True)
     files = list(cache.glob("*.cubin"))
     assert len(files) == 1 and not list(cache.glob("*.tmp"))
@@ -235,7 +233,7 @@ def test_modules_import_without_cuda_python():
     # A None entry in sys.modules makes any import of the package fail, as if it were not installed.
     code = (
         "import sys; sys.modules['cuda'] = None\n"
-        "from tileflip.kernels import cuda_transpose, nvrtc\n"
+        "from tileflip.kernels.cuda import nvrtc, transpose as cuda_transpose\n"
         "try:\n"
         "    cuda_transpose.compile_cubin(90)\n"
         "except ImportError as exc:\n"

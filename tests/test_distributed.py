@@ -130,17 +130,15 @@ def test_gloo_peer_dies(tmp_path, when):
 
 
 def test_bench_runs_on_cpu(tmp_path):
-    """The benchmark script end to end at a tiny scale on gloo: records complete, every result exact."""
-    out = tmp_path / "bench.json"
+    """`tileflip bench --suite distributed` end to end at a tiny scale on gloo: records complete, every result exact."""
     env = dict(os.environ, TRITON_INTERPRET="1", OMP_NUM_THREADS="1")
     if sys.platform.startswith("linux"):
         env.setdefault("GLOO_SOCKET_IFNAME", "lo")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-           "-m", "tileflip.bench.distributed", "--device", "cpu", "--scale", "256", "--rounds", "1", "--reps", "1",
-           "--out", str(out)]  # fmt: skip
+    cmd = [sys.executable, "-m", "tileflip.cli", "bench", "--suite", "distributed", "--device", "cpu", "--gpus", "2",
+           "--scale", "256", "--rounds", "1", "--reps", "1", "--out", str(tmp_path)]  # fmt: skip
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=GROUP_LIMIT_S, check=False)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    records = json.loads(out.read_text())
+    records = json.loads((tmp_path / "cpux2" / "distributed.json").read_text())["records"]
     checks = [r for r in records if r["op"] == "check"]
     assert len(checks) == 4 * 5 and all(r["exact"] for r in checks)  # 4 cases x (chunks 1, 2, 4, "auto"; deepspeed)
     timed = [r for r in records if r["op"] in ("transpose", "seq_to_head", "head_to_seq")]
@@ -159,7 +157,7 @@ def test_bench_runs_on_cpu(tmp_path):
 
 
 def test_not_initialized_is_refused():
-    from tileflip.distributed import core as distributed
+    from tileflip import distributed
 
     if torch.distributed.is_initialized():
         pytest.skip("a process group is already initialized in this process")
@@ -234,7 +232,7 @@ def test_rows_kernel_matches_reference(dtype):
 
 
 def test_auto_chunks():
-    from tileflip.distributed.core import AUTO_SPLIT, AUTO_SPLIT_BYTES, auto_chunks, chunk_sizes
+    from tileflip.distributed.chunks import AUTO_SPLIT, AUTO_SPLIT_BYTES, auto_chunks, chunk_sizes
 
     assert auto_chunks(0, 64) == auto_chunks(AUTO_SPLIT_BYTES - 1, 64) == 1
     assert auto_chunks(AUTO_SPLIT_BYTES, 64) == auto_chunks(8 * AUTO_SPLIT_BYTES, 16) == AUTO_SPLIT == (3, 1)
@@ -263,21 +261,23 @@ def test_passes_beside_a_collective_run_on_a_capped_grid(monkeypatch, backend):
     """The schedule of a 2-piece call: pack 0 and the last unpack on full grids; the later pack, the
     earlier unpack and the own block's move on the capped grid (Triton backends only), for transpose and
     seq_to_head. The launchers are replaced by recorders: only the plan's choices are under test."""
-    from tileflip.distributed import core as distributed
+    from tileflip.distributed import chunks, ops
     from tileflip.kernels.triton import pack as triton_pack
     from tileflip.kernels.triton import transpose as triton_transpose
+    from tileflip.ops import backends
+    from tileflip.ops import transpose as ops_transpose
 
     calls = []
-    monkeypatch.setattr(distributed, "beside_programs", lambda device: 5)
+    monkeypatch.setattr(chunks, "beside_programs", lambda device: 5)
     monkeypatch.setattr(triton_transpose, "launch_looped", lambda src, dst, config, programs: calls.append(programs))
     monkeypatch.setattr(triton_pack, "launch", lambda *a, programs=0, **k: calls.append(programs))
     monkeypatch.setattr(triton_pack, "launch_rows", lambda *a, programs=0: calls.append(programs))
     monkeypatch.setattr(triton_pack, "reference", lambda *a, **k: calls.append("torch"))
     monkeypatch.setattr(triton_pack, "reference_rows", lambda *a: calls.append("torch"))
-    monkeypatch.setattr(distributed.ops, "transpose", lambda src, dst, backend: calls.append(f"full {backend}"))
-    monkeypatch.setattr(distributed.ops, "_run", lambda src, dst, kernel: calls.append(f"full {kernel}"))
-    transpose = distributed.transpose_plan(2, 0, torch.zeros(40, 24), [40, 36], 24, (3, 1), backend)
-    ulysses = distributed.seq_to_head_plan(2, 1, torch.zeros(2, 8, 4, 4), [8, 8], (3, 1), backend)
+    monkeypatch.setattr(ops_transpose, "transpose", lambda src, dst, backend: calls.append(f"full {backend}"))
+    monkeypatch.setattr(backends, "launch", lambda src, dst, kernel: calls.append(f"full {kernel}"))
+    transpose = ops.transpose_plan(2, 0, torch.zeros(40, 24), [40, 36], 24, (3, 1), backend)
+    ulysses = ops.seq_to_head_plan(2, 1, torch.zeros(2, 8, 4, 4), [8, 8], (3, 1), backend)
     expected = {  # pack 0, pack 1, unpack 0, unpack 1, own block
         "auto": (["full auto", 5, 5, 0, 5], [0, 5, 5, 0, 5]),
         "torch": (["full torch", "full torch", "torch", "torch", "full torch"], ["torch"] * 5),
@@ -291,7 +291,7 @@ def test_passes_beside_a_collective_run_on_a_capped_grid(monkeypatch, backend):
 
 
 def test_split_sizes_are_tensor_splits():
-    from tileflip.distributed.core import split_sizes
+    from tileflip.distributed.chunks import split_sizes
 
     for total in range(9):
         for parts in range(1, 5):
@@ -325,7 +325,7 @@ def _global(shape, dtype, device, seed, layout="contiguous"):
 def _check_transpose(rank, world, device, rows, N, dtype, chunks=1, layout="contiguous", seed=0, backend="auto"):
     from helpers import assert_bits_equal
 
-    from tileflip.distributed import core as distributed
+    from tileflip import distributed
 
     full = _global((sum(rows), N), getattr(torch, dtype), device, seed, layout)
     at = sum(rows[:rank])
@@ -336,7 +336,7 @@ def _check_transpose(rank, world, device, rows, N, dtype, chunks=1, layout="cont
 def _check_ulysses(rank, world, device, B, seq, H, D, dtype, chunks=1, layout="contiguous", seed=0, backend="auto"):
     from helpers import assert_bits_equal
 
-    from tileflip.distributed import core as distributed
+    from tileflip import distributed
 
     full = _global((B, sum(seq), H, D), getattr(torch, dtype), device, seed, layout)
     at, h = sum(seq[:rank]), H // world
@@ -362,7 +362,7 @@ def _expect_value_error(fn, *fragments):
 
 def _mismatches(rank, world, device):
     """Cases every rank must refuse the same way before any data moves; the group stays usable."""
-    from tileflip.distributed import core as distributed
+    from tileflip import distributed
 
     last = world - 1
     ones = torch.ones
@@ -395,15 +395,15 @@ def _mismatches(rank, world, device):
 
 
 def _exchange_copies(world, device):
-    """The torch copy ops that the sizes exchange runs, on any thread (gloo's all_gather ran two)."""
+    """The torch copy ops that the sizes exchange runs, on any thread (a gloo all_gather would run two)."""
     from torch.profiler import ProfilerActivity, profile
 
-    from tileflip.distributed import core as distributed
+    from tileflip.distributed import group
 
-    ctx = distributed._context(None, "transpose")
+    ctx = group.context(None, "transpose")
     row = [1, 0, *range(7)]
     with profile(activities=[ProfilerActivity.CPU]) as prof:
-        table = distributed._exchange(ctx, row)
+        table = group.exchange(ctx, row)
     assert table == [row] * world, table
     return [e.name for e in prof.events() if e.name in ("aten::copy_", "aten::clone", "aten::cat", "aten::_to_copy")]
 
@@ -460,12 +460,12 @@ def scenario_exact(rank, world, device):
 def scenario_beside(rank, world, device):
     """Every call with the moves beside a collective on 2 programs (the CPU otherwise launches full grids),
     the capped launches counted."""
-    from tileflip.distributed import core as distributed
+    from tileflip.distributed import chunks, ops
     from tileflip.kernels.triton import pack as triton_pack
     from tileflip.kernels.triton import transpose as triton_transpose
 
     capped = []
-    distributed.beside_programs = lambda device: 2
+    chunks.beside_programs = lambda device: 2
     for module, name in ((triton_pack, "launch"), (triton_pack, "launch_rows"), (triton_transpose, "launch_looped")):
         def spy(*args, _real=getattr(module, name), _name=name, **kwargs):
             if kwargs.get("programs", args[-1] if _name == "launch_looped" else 0):
@@ -473,16 +473,16 @@ def scenario_beside(rank, world, device):
             return _real(*args, **kwargs)
 
         setattr(module, name, spy)
-    for chunks in (1, 3):
-        _check_transpose(rank, world, device, [150, 97], 150, "float32", chunks, seed=chunks)
-        _check_transpose(rank, world, device, [70, 130], 99, "int16", chunks, "reversed", seed=chunks + 1)
-        _check_ulysses(rank, world, device, 2, [600, 500], 2 * world, 8, "float32", chunks, seed=chunks + 2)
+    for k in (1, 3):
+        _check_transpose(rank, world, device, [150, 97], 150, "float32", k, seed=k)
+        _check_transpose(rank, world, device, [70, 130], 99, "int16", k, "reversed", seed=k + 1)
+        _check_ulysses(rank, world, device, 2, [600, 500], 2 * world, 8, "float32", k, seed=k + 2)
     # chunks="auto" on the weights of a large call (3/4 and 1/4 of each rank's rows), here at any size.
-    distributed.AUTO_SPLIT_BYTES = 1
+    chunks.AUTO_SPLIT_BYTES = 1
     pieces = []
-    plans = distributed.transpose_plan, distributed.seq_to_head_plan
-    distributed.transpose_plan = lambda *a: pieces.append(a[5]) or plans[0](*a)
-    distributed.seq_to_head_plan = lambda *a: pieces.append(a[4]) or plans[1](*a)
+    plans = ops.transpose_plan, ops.seq_to_head_plan
+    ops.transpose_plan = lambda *a: pieces.append(a[5]) or plans[0](*a)
+    ops.seq_to_head_plan = lambda *a: pieces.append(a[4]) or plans[1](*a)
     _check_transpose(rank, world, device, [150, 97], 152, "float32", "auto", seed=7)  # rows of 608 bytes
     _check_ulysses(rank, world, device, 2, [600, 500], 2 * world, 8, "bfloat16", "auto", seed=8)
     assert pieces == [(3, 1), (3, 1)], pieces
@@ -495,7 +495,7 @@ def _gpu_cases(rank, world, device):
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
-    from tileflip.distributed import core as distributed
+    from tileflip import distributed
 
     rows = [1024 + 64 * i for i in range(world)]
     _check_transpose(rank, world, device, rows, 4097, "float32", 4, seed=1)
@@ -524,7 +524,7 @@ def _gpu_cases(rank, world, device):
 
 
 def scenario_single(rank, world, device):
-    from tileflip.distributed import core as distributed
+    from tileflip import distributed
 
     assert world == 1
     for chunks in (1, 3, "auto"):
@@ -535,7 +535,7 @@ def scenario_single(rank, world, device):
 
 
 def _fault_call(rank, world, device, chunks=1):
-    from tileflip.distributed import core as distributed
+    from tileflip import distributed
 
     t0 = time.monotonic()
     try:
@@ -562,12 +562,12 @@ def scenario_never_arrives(rank, world, device, store):
 
 
 def scenario_peer_dies(rank, world, device, when):
-    from tileflip.distributed import core as distributed
+    from tileflip.distributed import moves
 
     if rank == world - 1:
         if when == "exits-before":
             os._exit(3)
-        distributed._transpose_pack = lambda *args, **kwargs: lambda: os._exit(3)
+        moves.transpose_pack = lambda *args, **kwargs: lambda: os._exit(3)
     return _fault_call(rank, world, device, chunks=2 if when.endswith("-2") else 1)
 
 

@@ -1,5 +1,6 @@
 """tileflip.permute: exact bits for any rank, permutation and strides; each plan kind exercised."""
 
+import dataclasses
 import math
 import random
 import re
@@ -11,6 +12,7 @@ from helpers import assert_bits_equal, bits, poisoned, random_bits, without_inte
 
 import tileflip
 from tileflip import plan, tuning
+from tileflip.plan import launch as geometry
 
 DEVICES = [pytest.param("cpu", marks=pytest.mark.skipif(HAS_GPU, reason="on a GPU machine the gpu cases run")),
            pytest.param("cuda", marks=pytest.mark.gpu)]  # fmt: skip
@@ -230,7 +232,8 @@ def test_tile_kernel_lanes_run_along_each_sides_fastest_axis(shape, dims, elemen
     go = tuning.permute_launch(p, element_size)
     assert not go.flat
     block_b, block_a = go.blocks
-    accesses = every_access_layout(compiled_tile_kernel(p, element_size).asm["ttgir"])
+    kernel = compiled_tile_kernel(p, tuning.permute_launch(p, element_size), element_size)
+    accesses = every_access_layout(kernel.asm["ttgir"])
     assert sorted(op for op, _, _ in accesses) == ["load", "load", "store", "store"]
     for op, layout, shape in accesses:
         fastest = block_a if op == "load" or go.kept else block_b
@@ -297,7 +300,8 @@ def test_offset_bounds_cover_every_offset_the_kernel_forms():
             _decoded_max(pad_a, *d[f"a_{side}"]) + _decoded_max(pad_b, *d[f"b_{side}"])
             + _decoded_max(go.batch, *d[f"n_{side}"]) for side in ("in", "out")
         )  # fmt: skip
-        bound_in, bound_out = tuning.offset_bounds(p.sizes, p.in_strides, ((go.a_dims, block_a), (go.b_dims, block_b)))
+        axes = ((go.a_dims, block_a), (go.b_dims, block_b))
+        bound_in, bound_out = geometry.offset_bounds(p.sizes, p.in_strides, axes)
         assert worst_in <= bound_in, (shape, dims, view, worst_in, bound_in)
         assert worst_out <= bound_out, (shape, dims, view, worst_out, bound_out)
         checked += 1
@@ -352,8 +356,8 @@ def test_magic_arguments_decode_every_index_the_kernel_forms():
 
 def _widened(p, go, element_size: int) -> bool:
     """Whether the launch ``go`` of plan ``p`` moves wider vectors than each side's fastest dimension
-    alone gives (``tuning.VECTOR_RUNS``)."""
-    return not go.flat and go.vec != tuning.vector_widths(p.sizes, p.in_strides, go.kept, element_size)
+    alone gives (``tuning.permute_launch``'s widening)."""
+    return not go.flat and go.vec != geometry.vector_widths(p.sizes, p.in_strides, go.kept, element_size)
 
 
 def _groups_hold(offsets, vec: int, size: int) -> bool:
@@ -446,7 +450,7 @@ def test_wide_load_step_covers_transposed_tiles_with_16_byte_loads_and_narrower_
 # span its B side or B is one run (WIDE_LOAD_MIN_RUN), else the step's tile.
 WIDE_LOAD_CASES = [
     ((11, 39, 29, 21, 42, 24), (5, 4, 2, 3, 1, 0), 1, (16, 1), (1024, 32), 4, True),  # 0.41 -> 0.67 of copy
-    ((5, 7, 31, 32), (3, 0, 1, 2), 1, (16, 1), (1024, 32), 4, True),  # B's output run 1085
+    ((5, 7, 31, 32), (3, 0, 1, 2), 1, (16, 1), (1024, 32), 4, True),  # B's output run is 1085 long
     ((2400, 5, 9, 480), (0, 3, 1, 2), 1, (16, 1), (64, 128), 8, False),  # runs of 45: 0.07 -> 0.55
     ((6, 5, 9, 48), (0, 3, 1, 2), 1, (16, 1), (128, 64), 8, False),  # runs of 45
     ((28, 86, 14, 2, 40, 28), (0, 2, 4, 3, 5, 1), 1, (16, 2), (256, 64), 4, False),  # 0.63 -> 0.75 of copy
@@ -518,16 +522,16 @@ def test_one_byte_store_tile_compiles_without_a_stack(shape, dims):
 
     p = plan.plan_permute(shape, _contiguous_strides(shape), dims, 1)
     assert tuning.permute_launch(p, 1).blocks == tuning.WIDE_LOAD_TILES[(1, 1)][:2]
-    usage = resource_usage(compiled_tile_kernel(p, 1))
+    usage = resource_usage(compiled_tile_kernel(p, tuning.permute_launch(p, 1), 1))
     assert usage["stack"] == 0 and usage["regs"] > 32, usage
 
 
 def test_b_output_run_counts_the_outputs_contiguous_dims():
     """B's dims innermost first while each is the output's next outer one (the output is contiguous in
     the merged sizes' order)."""
-    assert tuning.b_output_run((11, 39, 609, 42, 24), (4, 3, 2)) == 24 * 42 * 609
-    assert tuning.b_output_run((28, 14, 40, 2, 28, 86), (5, 3, 1)) == 86
-    assert tuning.b_output_run((7, 9), ()) == 1
+    assert geometry.b_output_run((11, 39, 609, 42, 24), (4, 3, 2)) == 24 * 42 * 609
+    assert geometry.b_output_run((28, 14, 40, 2, 28, 86), (5, 3, 1)) == 86
+    assert geometry.b_output_run((7, 9), ()) == 1
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -561,10 +565,8 @@ HELD_CASES = [((3, 12, 4, 256), (3, 2, 1, 0), torch.bfloat16), ((256, 32, 9, 28)
 def test_wider_vectors_are_kept_only_where_the_axes_hold_them(shape, dims, dtype, monkeypatch):
     es = torch.empty((), dtype=dtype).element_size()
     p = plan.plan_permute(shape, _contiguous_strides(shape), dims, es)
-    monkeypatch.setattr(tuning, "VECTOR_RUNS", False)
-    narrow = tuning.permute_launch(p, es)
-    monkeypatch.setattr(tuning, "VECTOR_RUNS", True)
-    wider = tuning.run_vector_widths(p.sizes, p.in_strides, False, narrow.a_dims, narrow.b_dims, es)
+    narrow = tuning.permute_launch(p, es, widen=False)
+    wider = geometry.run_vector_widths(p.sizes, p.in_strides, False, narrow.a_dims, narrow.b_dims, es)
     assert wider != narrow.vec  # a widening on offer ...
     assert tuning.permute_launch(p, es) == narrow  # ... refused: the wider vectors' tile folds other axes
 
@@ -608,27 +610,30 @@ def test_offsets_switch_to_64_bits_at_2_31():
     assert p.kind == "tiles" and tuning.permute_launch(p, 4).offsets64 is True
 
 
+def _every_launch(monkeypatch, **fields):
+    """Every permute launch planned from here on with ``fields`` set in its launch description."""
+    from tileflip.ops import backends
+
+    plain = tuning.permute_launch
+
+    def changed(p, element_size, **options):
+        return dataclasses.replace(plain(p, element_size, **options), **fields)
+
+    monkeypatch.setattr(tuning, "permute_launch", changed)
+    monkeypatch.setattr(backends, "_permute_launch", changed)
+
+
 @pytest.fixture
 def int64_offsets(monkeypatch):
     """Every tile-kernel launch with int64 offsets, as for tensors past 2**31 elements."""
-    from tileflip.kernels.triton import permute as triton_permute
-
-    monkeypatch.setattr(tuning, "OFFSETS32_RULE", False)
-    triton_permute.clear_cache()
-    yield
-    triton_permute.clear_cache()
+    _every_launch(monkeypatch, offsets64=True)
 
 
 @pytest.fixture
 def without_magic(monkeypatch):
-    """Every tile-kernel launch dividing with Triton's own integer division (``tuning.PERMUTE_MAGIC`` off),
+    """Every tile-kernel launch dividing with Triton's own integer division (``PermuteLaunch.magic`` off),
     as launches whose indices need 64 bits do."""
-    from tileflip.kernels.triton import permute as triton_permute
-
-    monkeypatch.setattr(tuning, "PERMUTE_MAGIC", False)
-    triton_permute.clear_cache()
-    yield
-    triton_permute.clear_cache()
+    _every_launch(monkeypatch, magic=False)
 
 
 def _tile_constexprs(shape, dims, element_size):
@@ -641,7 +646,7 @@ def _tile_constexprs(shape, dims, element_size):
 
 def test_magic_division_where_indices_are_int32():
     """The tile kernel divides by magic numbers on every named tile case (int32 indices), not where a
-    tile index needs 64 bits, and not with PERMUTE_MAGIC off."""
+    tile index needs 64 bits, and not with the launch's magic off."""
     for shape, dims, dtype, _view_kind in _named_tile_cases():
         go, constexprs = _tile_constexprs(shape, dims, torch.empty((), dtype=dtype).element_size())
         if not go.flat:
@@ -673,17 +678,17 @@ def test_division_path_without_magic(device, without_magic):
 
 @pytest.mark.parametrize("magic", [True, False])
 @without_interpreter
-def test_magic_decode_compiles_without_integer_division(magic, monkeypatch):
+def test_magic_decode_compiles_without_integer_division(magic):
     """Compiled for sm_90 (no GPU): with magic division the tile kernel's decodes hold no integer division
     or remainder, only multiply-highs (about three instructions a division where a signed division by a
     runtime int32 took about ten; on int8 (11,39,29,21,42,24) by (5,4,2,3,1,0) the divisions were most of
     the kernel's instructions); without it they divide."""
     from tileflip.kernels.triton.permute import compiled_tile_kernel
 
-    monkeypatch.setattr(tuning, "PERMUTE_MAGIC", magic)
     shape, dims = (11, 39, 29, 21, 42, 24), (5, 4, 2, 3, 1, 0)
     p = plan.plan_permute(shape, _contiguous_strides(shape), dims, 1)
-    ptx = compiled_tile_kernel(p, 1).asm["ptx"]
+    go = dataclasses.replace(tuning.permute_launch(p, 1), magic=magic)
+    ptx = compiled_tile_kernel(p, go, 1).asm["ptx"]
     divisions = re.findall(r"\b(?:div|rem)\.[su]32\b", ptx)
     # the program id's split into batch element and tile, and tile into its A and B parts: two scalar
     # divisions a program, with the remainders by multiply-subtract
@@ -695,14 +700,12 @@ def test_magic_decode_compiles_without_integer_division(magic, monkeypatch):
 def test_int64_offset_path(device, int64_offsets):
     """The int64 offset path, which only tensors of 2**31 elements and more take by themselves, on the
     named cases of the tile kernel."""
-    from tileflip.kernels.triton.permute import launch_of
-
     for i, (shape, dims, dtype, view) in enumerate(_named_tile_cases()):
         x = _view(shape, view, dtype, device, seed=i)
         p = plan.plan_permute(tuple(x.shape), tuple(x.stride()), dims, x.element_size())
         if p.kind not in ("rows", "tiles"):
             continue
-        assert launch_of(p, x.element_size())[0].offsets64
+        assert tuning.permute_launch(p, x.element_size()).offsets64
         out = poisoned(tuple(x.shape[d] for d in dims), dtype, device)
         tileflip.permute(x, dims, out)
         assert_bits_equal(out, x.permute(dims))
@@ -776,7 +779,7 @@ def test_whole_dimension_tiles_follow_the_measured_rule(shape, dims, element_siz
 )
 def test_short_kept_runs_are_tiled_as_moved(shape, dims, element_size, transposed):
     """A kept inner dimension under SHORT_RUN_BYTES is launched as a transposed tile whose axis B starts
-    from it (measured: 12-byte runs 0.38 -> 0.83 of copy); A then starts from the input's next dimension,
+    from it (measured: 12-byte runs went from 0.38 to 0.83 of copy); A then starts from the input's next dimension,
     whose stride is not 1, so the loads take no vectors."""
     p = plan.plan_permute(shape, _contiguous_strides(shape), dims, element_size)
     assert p.kind == "rows"
@@ -792,7 +795,7 @@ def test_short_kept_runs_are_tiled_as_moved(shape, dims, element_size, transpose
 
 def test_a_dimension_both_axes_want_next_goes_to_b():
     """fp32 (23,21,112,32,16) (2,1,4,3,0): merged dimension 3 (32) is the input's second fastest and the
-    output's second fastest; B takes it (tuning.FOLD_B_FIRST, measured 0.76 -> 0.84 of copy)."""
+    output's second fastest; B takes it (``plan.launch.fold_axes``: B first, measured 0.76 -> 0.84 of copy)."""
     shape, dims = (23, 21, 112, 32, 16), (2, 1, 4, 3, 0)
     p = plan.plan_permute(shape, _contiguous_strides(shape), dims, 4)
     assert p.sizes == (112, 21, 16, 32, 23)
@@ -803,7 +806,7 @@ def test_a_dimension_both_axes_want_next_goes_to_b():
 def test_a_dimension_that_continues_the_other_axis_run_is_left_to_it():
     """bf16 (32,48,47,18,10,3) (0,4,1,3,5,2): the input's run is 3 x 10 x 18 (merged dimensions 4, 1, 3);
     B cannot continue its own output run past dimension 5 (dimension 4 is on A), so it leaves 3 to A
-    (tuning.FOLD_CONTIG; measured 0.34 -> 0.43 of copy) and A holds the whole 540-element run."""
+    (``fold_axes`` passes over it; measured 0.34 -> 0.43 of copy) and A holds the whole 540-element run."""
     shape, dims = (32, 48, 47, 18, 10, 3), (0, 4, 1, 3, 5, 2)
     p = plan.plan_permute(shape, _contiguous_strides(shape), dims, 2)
     assert p.sizes == (32, 10, 48, 18, 3, 47)
@@ -891,7 +894,8 @@ def test_flat_rows_kernel_moves_16_byte_vectors():
         p = plan.plan_permute(shape, _contiguous_strides(shape), dims, element_size)
         go = tuning.permute_launch(p, element_size)
         assert go.flat
-        accesses = every_access_layout(compiled_tile_kernel(p, element_size).asm["ttgir"])
+        kernel = compiled_tile_kernel(p, tuning.permute_launch(p, element_size), element_size)
+        accesses = every_access_layout(kernel.asm["ttgir"])
         assert sorted(op for op, _, _ in accesses) == ["load", "store"]
         for op, layout, tile in accesses:
             assert tile == (go.blocks[0], go.vec[0]), (op, tile)

@@ -9,6 +9,7 @@ from helpers import assert_bits_equal, poisoned, random_bits
 import tileflip
 from tileflip import plan, tuning
 from tileflip.kernels.cuda import permute as cuda_permute
+from tileflip.plan.launch import REALIGN_TILE
 
 # (shape, dims) of int8 permutes the kernel takes: the suite's case at a smaller size (A of 1008 bytes: a
 # tail tile of 48), a batch of one dimension, a batch of two
@@ -29,7 +30,7 @@ def test_the_kernel_takes_long_odd_output_rows_of_bytes(shape, dims):
     p = _plan(shape, dims)
     go = tuning.realign_launch(p, 1)
     assert go is not None and go.vec[0] == 16 and go.vec[1] < 16
-    assert cuda_permute.params_of(p) is not None
+    assert cuda_permute.params_of(p, go) is not None
 
 
 def test_the_suite_case_takes_it():
@@ -52,10 +53,14 @@ def test_the_kernel_leaves_other_launches_to_triton(shape, dims, element_size, w
     assert p.kind != "tiles" or tuning.realign_launch(p, element_size) is None, why
 
 
-def test_the_rule_can_be_turned_off(monkeypatch):
+def test_output_rows_shorter_than_the_minimum_stay_with_triton():
     p = _plan(*TAKEN[0])
-    monkeypatch.setattr(tuning, "REALIGN_STORES", False)
-    assert tuning.realign_launch(p, 1) is None
+    go = tuning.realign_launch(p, 1)
+    size_b = 1
+    for d in go.b_dims:
+        size_b *= p.sizes[d]
+    assert tuning.realign_launch(p, 1, min_b=size_b) is not None
+    assert tuning.realign_launch(p, 1, min_b=size_b + 1) is None
 
 
 def _decode(i, sizes, strides):
@@ -71,9 +76,9 @@ def _emulated(p, out_address: int) -> torch.Tensor:
     """The input offset of every output byte as the kernel's blocks write it, worked out from the
     launcher's parameters as its blocks do (block order, tiles, row tables, pieces from the row start's
     misalignment); -1 where no block writes, and a byte written twice fails."""
-    params, blocks = cuda_permute.params_of(p)
+    params, blocks = cuda_permute.params_of(p, tuning.realign_launch(p, 1, min_b=1))
     f = {name: getattr(params, name) for name, _ in cuda_permute._Params._fields_}
-    ta, step = tuning.REALIGN_TILE
+    ta, step = REALIGN_TILE
     a_dec = (f["a_sizes"][: f["na"]], f["a_out"][: f["na"]])
     b_dec = (f["b_sizes"][: f["nb"]], f["b_in"][: f["nb"]])
     n_dec = f["n_sizes"][: f["nn"]]
@@ -97,17 +102,12 @@ def _emulated(p, out_address: int) -> torch.Tensor:
 
 @pytest.mark.parametrize("out_address", [0, 13, 31])
 @pytest.mark.parametrize("shape, dims", TAKEN[:1] + [((2, 2, 3, 41, 576), (0, 4, 1, 2, 3))])
-def test_emulated_blocks_write_every_output_byte_from_its_input_byte(shape, dims, out_address, monkeypatch):
+def test_emulated_blocks_write_every_output_byte_from_its_input_byte(shape, dims, out_address):
     # the second case's rows are 246 bytes: short, to emulate quickly, and their last pieces lie past
     # size_b / STEP tiles (the grid's extra tile for the rows' shift)
-    monkeypatch.setattr(tuning, "REALIGN_MIN_B", 1)
-    cuda_permute.params_of.cache_clear()
-    try:
-        p = _plan(shape, dims)
-        assert tuning.realign_launch(p, 1) is not None
-        writes = _emulated(p, out_address)
-    finally:
-        cuda_permute.params_of.cache_clear()
+    p = _plan(shape, dims)
+    assert tuning.realign_launch(p, 1, min_b=1) is not None
+    writes = _emulated(p, out_address)
     numel = torch.Size(shape).numel()
     expected = torch.arange(numel).view(shape).permute(dims).reshape(-1)  # output offset -> input offset
     assert torch.equal(writes, expected)
@@ -168,7 +168,7 @@ def test_input_off_a_16_byte_boundary_takes_triton(monkeypatch):
     shape, dims = TAKEN[0]
     base = random_bits((torch.Size(shape).numel() + 16,), torch.int8, "cuda", seed=3)
     x = base[1 : 1 + torch.Size(shape).numel()].view(shape)
-    assert not cuda_permute.usable(x, _plan(shape, dims))
+    assert x.data_ptr() % 16 and tuning.realign_launch(_plan(shape, dims), 1) is not None
     _forbid(monkeypatch, cuda_permute, "launch")
     out = tileflip.permute(x, dims)
     assert_bits_equal(out, x.permute(dims).contiguous())

@@ -5,7 +5,8 @@ from pathlib import Path
 import pytest
 
 from tileflip.analyze import pictures
-from tileflip.analyze.model import analyze, cli, warp_access
+from tileflip.analyze.model import analyze, warp_access
+from tileflip.cli.analyze import main as cli
 
 # pictures draws on matplotlib's Agg canvas itself; the backend is pinned for anything else.
 matplotlib = pytest.importorskip("matplotlib")

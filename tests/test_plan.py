@@ -1,4 +1,4 @@
-"""The planner: the seed functions' worked examples and validation rules, and the kernels' planning."""
+"""The planner: coverage, layout and offsets' worked examples and validation rules, and the kernels' planning."""
 
 import random
 import subprocess
@@ -8,11 +8,12 @@ import numpy as np
 import pytest
 
 from tileflip import plan, tuning
+from tileflip.plan import launch as geometry
 
 
 class TestSeedFunctions:
     def test_coverage_worked_example(self):
-        # Seed 003: 1000 elements in blocks of 256 -> 4 programs, 24 masked slots.
+        # 1000 elements in blocks of 256 -> 4 programs, 24 masked slots.
         cov = plan.program_coverage(1000, 256)
         assert cov == {"programs": 4, "covered_slots": 1024, "last_program_valid": 232, "masked_slots": 24}
 
@@ -31,7 +32,7 @@ class TestSeedFunctions:
         assert lay["useful_ratio"] == pytest.approx(13000 / 20480)
 
     def test_program_offsets_tail(self):
-        # Seed 003: program 3 of 100 elements in blocks of 32 keeps offsets 96..99.
+        # program 3 of 100 elements in blocks of 32 keeps offsets 96..99.
         tail = plan.program_offsets(3, 32, 100)
         assert tail["valid_offsets"] == [96, 97, 98, 99]
         assert tail["valid_count"] == 4 and tail["safe"]
@@ -284,8 +285,8 @@ def test_tile_axes_partition_the_dims_and_vectors_hold():
             continue
         dims = go.a_dims + go.b_dims + go.batch_dims
         assert sorted(dims) == list(range(len(p.sizes)))
-        assert 1 <= len(go.a_dims) <= tuning.MAX_AXIS_DIMS and len(go.b_dims) <= tuning.MAX_AXIS_DIMS
-        assert len(go.batch_dims) <= tuning.MAX_BATCH_DIMS
+        assert 1 <= len(go.a_dims) <= geometry.MAX_AXIS_DIMS and len(go.b_dims) <= geometry.MAX_AXIS_DIMS
+        assert len(go.batch_dims) <= geometry.MAX_BATCH_DIMS
         last = len(p.sizes) - 1
         if p.kind == "rows" and not go.kept:  # a short kept run (tuning.short_kept_run): A from the next dimension
             assert tuning.short_kept_run(p.sizes, p.in_strides, size) and p.sizes[last] * size < 16
@@ -299,7 +300,7 @@ def test_tile_axes_partition_the_dims_and_vectors_hold():
 
 
 def test_random_suite_plans():
-    from tileflip.bench import suites as bench
+    from tileflip.bench import cases as bench
 
     for case in bench.random_permute_cases(seed=0, count=40):
         size = plan.element_size(case.dtype)
@@ -315,9 +316,9 @@ def test_plan_text_shows_the_launch_the_table_picks():
     from tileflip import explain, tuning
 
     text = explain.plan_text((8192, 8191), dtype="float64")
-    config = tuning._config(8, "unaligned")
+    config = tuning.table_config(8, "unaligned")
     assert f"tiles {config.block_m}x{config.block_n} (the tuning table's choice for 8-byte unaligned cases" in text
-    tiny = tuning._config(4, "tiny")
+    tiny = tuning.table_config(4, "tiny")
     text = explain.plan_text((1024, 512), dtype="float32")
     grid = plan.transpose_grid(1024, 512, tiny.block_m, tiny.block_n, tiny.group_m)
     assert f"launched {'2-D' if grid.launch[1] > 1 else '1-D'} as {grid.launch}" in text

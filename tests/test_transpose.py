@@ -11,11 +11,12 @@ from helpers import assert_bits_equal, bits, poisoned, random_bits, without_inte
 
 import tileflip
 from tileflip.kernels import dtypes
+from tileflip.ops import backends
 
 # Named shapes, each with the pitfall it exposes.
 SHAPES = {
-    "seed_2x3": (2, 3),  # seed 002's worked example: output offsets 0, 2, 4
-    "seed_tail_31x65": (31, 65),  # seed 000: a tail in both dimensions, one program keeps a 31x1 region
+    "example_2x3": (2, 3),  # output offsets 0, 2, 4: the leading dimension is M
+    "tail_31x65": (31, 65),  # a tail in both dimensions, one program keeps a 31x1 region
     "tail_65x31": (65, 31),  # the same, other orientation
     "row_1xN": (1, 1000),
     "col_Nx1": (1000, 1),
@@ -24,7 +25,7 @@ SHAPES = {
     "past_tile_m_65x64": (65, 64),  # one dimension past a tile, the other exact
     "past_tile_n_64x65": (64, 65),
     "seed_128x96": (128, 96),
-    "nonsquare_1024x512": (1024, 512),  # seed 002: the shape that catches col*N+row
+    "nonsquare_1024x512": (1024, 512),  # the shape that catches col*N+row
     "nonsquare_300x1030": (300, 1030),
 }
 
@@ -250,7 +251,7 @@ def test_no_recompile_for_new_shapes_of_a_class():
     assert compiles == [], f"{len(compiles)} new compile(s) for shapes of a known class"
     # The counter does see a compile: a tile configuration no other test uses is a new kernel.
     from tileflip.kernels.triton import transpose as triton_transpose
-    from tileflip.tuning import TileConfig
+    from tileflip.plan import TileConfig
 
     triton.knobs.runtime.jit_post_compile_hook = count
     try:
@@ -283,7 +284,7 @@ def test_program_orders(group_m, device, backend):
     """Every program order of the kernel (columns of tiles on a 2-D or a 1-D grid, rows of tiles, or bands
     of group_m tile rows) is exact."""
     from tileflip.kernels.triton import transpose as triton_transpose
-    from tileflip.tuning import TileConfig
+    from tileflip.plan import TileConfig
 
     x = random_bits((200, 130), torch.int16, device, seed=group_m)[:, 1:]
     out = poisoned((129, 200), torch.int16, device)
@@ -299,7 +300,7 @@ def test_looped_launch(programs, group_m, device, backend):
     moves beside a collective), is exact in every program order, into an output with a wider row stride;
     a cap above the tile count launches one program per tile."""
     from tileflip.kernels.triton import transpose as triton_transpose
-    from tileflip.tuning import TileConfig
+    from tileflip.plan import TileConfig
 
     x = random_bits((150, 131), torch.float32, device, seed=programs)[:, 2:]  # 5 x 5 tiles of 32 x 32
     wide = poisoned((129, 160), torch.float32, device)
@@ -315,13 +316,13 @@ def test_two_d_grid_launch_falls_back_past_grid_y():
     decoded from a 1-D grid (group_m 0), as the planner says."""
     from tileflip import plan
     from tileflip.kernels.triton import transpose as triton_transpose
-    from tileflip.tuning import TileConfig
+    from tileflip.plan import TileConfig
 
     config = TileConfig(32, 32, 4, -1, 1, 0, 1, 1)
     for M, N in [(1024, 512), (64, 32 * 65535), (64, 32 * 65536)]:
         key, grid, scalars = triton_transpose._class_of(M, N, N, 1, M, 4, 0, config, 0, 0)
         assert (*grid, 1) == plan.transpose_grid(M, N, 32, 32, -1).launch
-        assert scalars[9] == key[0].group_m == (-1 if grid[1] > 1 else 0)
+        assert scalars[9] == key[1].group_m == (-1 if grid[1] > 1 else 0)
 
 
 @pytest.mark.parametrize("device,backend", device_backends(cpu=("triton-gather",), gpu=("triton-gather",)))
@@ -387,7 +388,7 @@ def test_output_oriented_tile(view, interior, device, backend):
     """The tile held in the output's orientation (``out_tile=1``, no tl.trans) is exact on tails, interior
     tiles, strided, transposed and stride-0 inputs."""
     from tileflip.kernels.triton import transpose as triton_transpose
-    from tileflip.tuning import TileConfig
+    from tileflip.plan import TileConfig
 
     base = random_bits((200, 130), torch.int16, device, seed=len(view) + interior)
     x = {"sliced": base[3::2, 1:], "transposed": base.t()[5:, :150],
@@ -400,10 +401,10 @@ def test_output_oriented_tile(view, interior, device, backend):
 @pytest.mark.gpu
 @pytest.mark.parametrize("backend", ["auto", "triton", "triton-gather", "cuda-tiled", "torch"])
 def test_prepared_calls_stay_exact_and_checked(backend):
-    """Repeated calls of one signature take the prepared launch (``ops._prepared``): new data and a new
+    """Repeated calls of one signature take the prepared launch (``ops.transpose._prepared``): new data and a new
     ``out`` each time stay exact, an ``out`` of another 16-byte alignment is another signature, and an
     overlapping ``out`` is refused on a prepared signature too."""
-    from tileflip.ops import core as ops
+    from tileflip.ops import transpose as ops
 
     for k in range(3):
         x = random_bits((40, 72), torch.float32, "cuda", seed=10 + k)
@@ -452,7 +453,7 @@ def test_fast_path_reuses_the_compiled_kernel():
 
 def test_vec_refusal_names_the_requirement():
     """What the cuda-vec kernel cannot take, and why (a pure rule, checked on the CPU)."""
-    from tileflip.ops.core import vec_refusal
+    from tileflip.ops.backends import vec_refusal
 
     assert vec_refusal(1, 1, 8192, 0) is None and vec_refusal(2, 1, 8, 4096) is None
     assert "1- and 2-byte" in vec_refusal(4, 1, 8192, 0)
@@ -469,25 +470,24 @@ def test_cuda_vec_refuses_a_cpu_tensor():
 def test_auto_keeps_off_the_cuda_kernels_without_nvrtc(monkeypatch):
     """The table names CUDA C++ kernels for some classes (cuda-vec, cuda-naive); where cuda-python or NVRTC
     is missing (the optional extra), 'auto' runs the Triton kernel instead of failing."""
-    from tileflip.ops import core as ops
     from tileflip.kernels.cuda import nvrtc
 
     monkeypatch.setattr(nvrtc, "available", lambda: False)
-    assert ops._auto_kernel("cuda-vec", 1, 1, 4096, 0) == "triton"
-    assert ops._auto_kernel("cuda-naive", 4, 1, 100, 0) == "triton"
-    assert ops._auto_kernel("triton-gather", 4, 1, 100, 0) == "triton-gather"
+    assert backends.auto_kernel("cuda-vec", 1, 1, 4096, 0) == "triton"
+    assert backends.auto_kernel("cuda-naive", 4, 1, 100, 0) == "triton"
+    assert backends.auto_kernel("triton-gather", 4, 1, 100, 0) == "triton-gather"
     monkeypatch.setattr(nvrtc, "available", lambda: True)
-    assert ops._auto_kernel("cuda-vec", 1, 1, 4096, 0) == "cuda-vec"
-    assert ops._auto_kernel("cuda-vec", 1, 1, 4095, 0) == "triton"  # refused: rows not whole 16-byte units
-    assert ops._auto_kernel("cuda-naive", 4, 1, 100, 0) == "cuda-naive"
+    assert backends.auto_kernel("cuda-vec", 1, 1, 4096, 0) == "cuda-vec"
+    assert backends.auto_kernel("cuda-vec", 1, 1, 4095, 0) == "triton"  # refused: rows not whole 16-byte units
+    assert backends.auto_kernel("cuda-naive", 4, 1, 100, 0) == "cuda-naive"
 
 
 @pytest.mark.gpu
 def test_auto_without_nvrtc_runs_triton_exactly(monkeypatch):
     from tileflip import tuning
-    from tileflip.ops import core as ops
-    from tileflip.kernels.cuda import transpose as cuda_transpose
     from tileflip.kernels.cuda import nvrtc
+    from tileflip.kernels.cuda import transpose as cuda_transpose
+    from tileflip.ops import transpose as ops
 
     monkeypatch.setattr(nvrtc, "available", lambda: False)
     monkeypatch.setattr(cuda_transpose, "launch", lambda *a: pytest.fail("a CUDA C++ kernel was launched"))
@@ -508,8 +508,8 @@ def test_cuda_vec_refusals_and_auto_fallback(monkeypatch):
     """backend='cuda-vec' refuses what it cannot take with the reason; 'auto' sends a 1-byte unaligned
     case to it where the call qualifies and to the Triton kernel where it does not, exact either way."""
     from tileflip import tuning
-    from tileflip.ops import core as ops
     from tileflip.kernels.cuda import transpose as cuda_transpose
+    from tileflip.ops import transpose as ops
 
     x = random_bits((2048, 4095), torch.int8, "cuda", seed=3)  # 8 MiB, rows of 4095 bytes: "unaligned"
     for bad, fragment in [(x.to(torch.int32), "1- and 2-byte"), (x.t(), "stride 1"), (x[:2047], "16-byte units")]:

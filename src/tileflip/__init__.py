@@ -1,20 +1,31 @@
-"""tileflip: tiled GPU data movement for PyTorch (transposes and permutes in Triton and CUDA C++).
+"""tileflip: tiled GPU data movement for PyTorch (transposes, permutes and fp8 casts in Triton and CUDA C++).
 
 ``import tileflip`` stays light: the planner and the analyzer need neither torch's kernels nor triton,
 so the public operations are loaded on first use.
 """
 
 __version__ = "0.1.0"
-__all__ = ["transpose", "permute", "cast_transpose"]
+__all__ = ["transpose", "permute", "cast_transpose", "distributed"]
+
+_HOMES = {
+    "transpose": "tileflip.ops.transpose",
+    "permute": "tileflip.ops.permute",
+    "cast_transpose": "tileflip.ops.cast",
+}
 
 
 def __getattr__(name):
-    if name == "cast_transpose":
-        from tileflip.ops.cast import cast_transpose
+    if name in _HOMES:
+        import importlib
 
-        return cast_transpose
-    if name in __all__:
-        from tileflip.ops import core as ops
+        importlib.import_module("tileflip.ops.library")  # registers the ops torch.compile traces
+        return getattr(importlib.import_module(_HOMES[name]), name)
+    if name == "distributed":
+        import importlib
 
-        return getattr(ops, name)
+        return importlib.import_module("tileflip.distributed")
     raise AttributeError(f"module 'tileflip' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(__all__ + ["__version__"])

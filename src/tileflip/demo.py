@@ -1,4 +1,4 @@
-"""``tileflip demo``: the seed example walked through, then the real kernel on adversarial cases.
+"""``tileflip demo``: a 31 x 65 transpose walked through tile by tile, then the real kernel on awkward cases.
 
 Runs the Triton kernel natively on a GPU, or in Triton's interpreter on the CPU (the CLI turns the
 interpreter on before the kernels are imported).
@@ -11,13 +11,13 @@ import time
 import torch
 
 from tileflip import explain, plan, tuning
-
-from tileflip.ops import core as ops
+from tileflip.kernels.dtypes import as_uint
+from tileflip.ops.transpose import transpose
 
 # (name, shape, why it is here)
 CASES = [
-    ("seed 002 example", (2, 3), "output offsets 0, 2, 4: the leading dimension is M"),
-    ("seed 000 tail", (31, 65), "tails in both dimensions; program (0, 2) keeps 31x1"),
+    ("2 x 3", (2, 3), "output offsets 0, 2, 4: the leading dimension is M"),
+    ("31 x 65 tails", (31, 65), "tails in both dimensions; program (0, 2) keeps 31x1"),
     ("other orientation", (65, 31), "a swapped bound or leading dimension shows here"),
     ("one row", (1, 1000), "1xN"),
     ("one column", (1000, 1), "Nx1"),
@@ -52,12 +52,12 @@ def _input(name, shape, dtype, device, seed):
 
 
 def _bits(t):
-    return ops.dtypes.as_uint(t).view({1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()])
+    return as_uint(t).view({1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()])
 
 
-def walk_seed_example() -> None:
+def walk_tiles() -> None:
     M, N, BM, BN = 31, 65, 32, 32
-    print("== The seed example: a 31x65 matrix in 32x32 tiles ==")
+    print("== A 31x65 matrix in 32x32 tiles ==")
     print(explain.plan_text((M, N), block=(BM, BN)))
     tm = plan.tile_masks(M, N, BM, BN, 0, 2)
     print(
@@ -73,7 +73,7 @@ def walk_seed_example() -> None:
 
 
 def run(device: str, png: str, quick: bool = False) -> int:
-    walk_seed_example()
+    walk_tiles()
     backend = "triton"
     where = "natively on " + torch.cuda.get_device_name() if device == "cuda" else "in Triton's CPU interpreter"
     print(f"== The Triton kernel on adversarial cases, {where} ==")
@@ -87,7 +87,7 @@ def run(device: str, png: str, quick: bool = False) -> int:
             out = torch.empty((shape[1], shape[0]), dtype=dtype, device=device)
             out.view(torch.uint8).fill_(0xA5)  # poison: an unwritten element cannot pass
             t0 = time.perf_counter()
-            ops.transpose(x, out, backend=backend)
+            transpose(x, out, backend=backend)
             if device == "cuda":
                 torch.cuda.synchronize()
             ms = (time.perf_counter() - t0) * 1e3

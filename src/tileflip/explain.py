@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from tileflip import plan, tuning
+from tileflip.plan.launch import REALIGN_TILE, product, realign_grid
 
 
 def plan_text(shape, *, block=None, dtype="float32", programs=12) -> str:
@@ -58,7 +59,8 @@ def plan_text(shape, *, block=None, dtype="float32", programs=12) -> str:
     return "\n".join(lines)
 
 
-AUTO_FALLBACK = {  # where auto leaves the table's CUDA C++ kernel for the Triton tile (``ops._auto_kernel``)
+# where auto leaves the table's CUDA C++ kernel for the Triton tile (``tileflip.ops.backends.auto_kernel``)
+AUTO_FALLBACK = {
     "cuda-vec": "; the Triton tile where that kernel cannot take the call, or NVRTC is missing",
     "cuda-naive": "; the Triton tile where NVRTC is missing",
     "cuda-tiled": "; the Triton tile where NVRTC is missing",
@@ -114,7 +116,7 @@ def _permute_launch(p, size) -> list[str]:
     go = tuning.permute_launch(p, size)  # the launcher's own geometry
     if p.kind == "general":
         return [
-            f"general kernel: {_product(p.sizes)} elements gathered, {go.blocks[0]} per program, "
+            f"general kernel: {product(p.sizes)} elements gathered, {go.blocks[0]} per program, "
             f"grid {go.programs} programs"
         ]
     if go.flat:
@@ -130,7 +132,7 @@ def _permute_launch(p, size) -> list[str]:
     def axis(dims):
         return " x ".join(f"dim {d} ({p.sizes[d]})" for d in dims) or "-"
 
-    size_a, size_b = _product(p.sizes[d] for d in go.a_dims), _product(p.sizes[d] for d in go.b_dims)
+    size_a, size_b = product(p.sizes[d] for d in go.a_dims), product(p.sizes[d] for d in go.b_dims)
     tiles = go.grid[0] * go.grid[1]
     lines = [
         f"tile kernel ({'loads and stores along A' if go.kept else 'loads along A, stores along B'}): "
@@ -146,8 +148,8 @@ def _permute_launch(p, size) -> list[str]:
     ]
     if tuning.realign_launch(p, size) is None:
         return lines
-    ta, step = tuning.REALIGN_TILE
-    blocks = tuning.realign_grid(p.sizes, go)[2]
+    ta, step = REALIGN_TILE
+    blocks = realign_grid(p.sizes, go)[2]
     return [
         "CUDA realigned-store kernel (backend auto; kernels/cuda/permute_realign.cu):",
         f"  A (input-fastest first, one input run): {axis(go.a_dims)} = {size_a}",
@@ -159,13 +161,6 @@ def _permute_launch(p, size) -> list[str]:
         "otherwise (backend triton, NVRTC missing, or x off a 16-byte boundary) Triton's:",
         *lines,
     ]
-
-
-def _product(values) -> int:
-    n = 1
-    for v in values:
-        n *= v
-    return n
 
 
 def _rows(p) -> int:

@@ -1,9 +1,9 @@
-"""One-thread-per-element transposes, CUDA style, with the seed lesson's pitfalls, beside the right ones.
+"""One-thread-per-element transposes, CUDA style, with the common indexing pitfalls, beside the right ones.
 
 Each program is one CUDA block of 16x16 threads: ``program_id(0)`` is blockIdx.x (along N, the
 columns), ``program_id(1)`` is blockIdx.y (along M), and the 16x16 ``tl.arange`` broadcast stands for
-threadIdx, so every slot of the block is one thread moving one element, exactly as the lesson's
-``transpose_naive_kernel`` launched with ``dim3 block(16, 16)``. Writing a block as one program keeps
+threadIdx, so every slot of the block is one thread moving one element, exactly as a naive CUDA
+transpose kernel launched with ``dim3 block(16, 16)``. Writing a block as one program keeps
 the interpreter at one step per block rather than per thread.
 
 The ``smem_*`` kernels are the shared-memory version of the same block: each thread reads one
@@ -93,7 +93,7 @@ def _launch(kernel, x, out, grid=None):
 
 
 def naive_right(x, out):
-    """The seed's answer: out[col*M + row] = x[row, col] when row < M && col < N."""
+    """The right kernel: out[col*M + row] = x[row, col] when row < M && col < N."""
     _launch(_naive_right_kernel, x, out)
 
 

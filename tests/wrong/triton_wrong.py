@@ -1,7 +1,7 @@
-"""Triton tile transposes with the seed lesson's pitfalls, one per kernel, beside the right one.
+"""Triton tile transposes with the common indexing pitfalls, one per kernel, beside the right one.
 
 Each public function is a `tileflip check` target ``f(x, out)`` (``tileflip check
-tests/wrong/triton_wrong.py:leading_dim``). The kernels are the lesson's 2-D grid of BM x BN tiles,
+tests/wrong/triton_wrong.py:leading_dim``). The kernels use a 2-D grid of BM x BN tiles,
 ``program_id(0)`` along M and ``program_id(1)`` along N, and differ from ``right`` in one place only,
 the one named in their docstring. Tiles are 64x64: at 1024x1024 that is 256 programs, a fraction of a
 second in the interpreter, which keeps the ``--square-only`` runs cheap.
@@ -71,12 +71,12 @@ def _launch(kernel, x, out, grid=None):
 
 
 def right(x, out):
-    """The seed's answer: input mask on the load, the transposed output mask on the store, row stride M."""
+    """The right kernel: input mask on the load, the transposed output mask on the store, row stride M."""
     _launch(_right_kernel, x, out)
 
 
 def leading_dim(x, out):
-    """Output row stride N instead of M: ``out + rn * N + rm`` (the lesson's col*N+row)."""
+    """Output row stride N instead of M: ``out + rn * N + rm`` (col*N+row)."""
     _launch(_leading_dim_kernel, x, out)
 
 

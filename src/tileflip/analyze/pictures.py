@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tileflip.analyze.model import BANK_WIDTH, BANKS, LINE, SECTOR, WarpAccess, bank_conflicts
+from tileflip.analyze.access import BANK_WIDTH, BANKS, LINE, SECTOR, WarpAccess, bank_conflicts
 from tileflip.plan import tile_masks, transpose_grid
 
 _MASKED = "#d9d9d9"

@@ -1,25 +1,21 @@
 """Benchmark of ``tileflip.cast_transpose`` against eager torch, torch.compile and a same-run copy.
 
-All three produce the same results from the same bf16 input and 0-d fp32 scale tensor: ``y`` (fp8,
-row-major), ``y_t`` (its contiguous transpose) and ``amax`` (max|x|). Bytes moved, the minimum any
-implementation must move: ``numel * (in_size + 2)``, a read of x and two fp8 writes. The copy is a
-device-to-device copy of ``numel * (in_size + 2) / 2`` bytes, so it reads and writes that same total;
-in every round it is timed first, then each backend, so fractions of copy compare figures of one run.
-
-Records use ``tileflip.bench.suites``'s long form (gpu, torch, triton, time, op, backend, shape, dtype, ms,
-ms_p20, ms_p80, gbps, copy_gbps, fraction_of_copy, run, round) with ``op="cast_transpose"``; the
-tileflip records also carry ``exact`` (bits of y and y_t, and amax, equal to eager torch's) and one
-record per shape (``backend="tileflip-kernels"``) lists the kernels a profiled call launched.
+All three produce ``y`` (fp8, row-major), ``y_t`` (its contiguous transpose) and ``amax`` (max|x|) from
+the same bf16 input and 0-d fp32 scale. Bytes moved, the minimum any implementation must move:
+``numel * (in_size + 2)``, a read of x and two fp8 writes; the copy moves ``numel * (in_size + 2) / 2``
+bytes, so it reads and writes that same total, and is timed first in every round. Records use the
+suites' long form with ``op="cast_transpose"``; tileflip's also carry ``exact`` (y, y_t and amax
+bit-equal to eager torch's), and one record per shape (``backend="tileflip-kernels"``) lists the
+kernels a profiled call launched.
 """
 
 from __future__ import annotations
 
-import argparse
 import functools
-import sys
 
-from tileflip.bench.suites import _meta, _time, medians, write
-from tileflip.tuning import TileConfig
+from tileflip.bench.records import medians, time_ms, write_results
+from tileflip.bench.records import meta as run_meta
+from tileflip.plan import TileConfig
 
 SHAPES = [(16384, 16384), (8192, 28672)]
 BACKENDS = ["copy", "tileflip", "torch-eager", "torch-compile"]
@@ -76,12 +72,11 @@ def kernels_of(fn) -> list[dict]:
 def measure_cast(shapes=SHAPES, rounds: int = 3, quick: bool = False, log=print, dtype: str = "bfloat16",
                  configs=None, device: str = "cuda") -> list[dict]:  # fmt: skip
     """Long-form records for each shape; ``configs`` ({label: (TileConfig, launch options)}, as
-    ``parse_tiles`` gives them) adds tile variants as backends
-    ``tileflip-<label>`` (for tuning ``TILES`` in tileflip.kernels.triton_cast_transpose)."""
+    ``parse_tiles`` gives them) adds tile variants as backends ``tileflip-<label>``."""
     import torch
 
     fp8 = getattr(torch, FP8)
-    meta = _meta()
+    meta = run_meta()
     records = []
     reference = reference_fn(fp8)
     compiled = torch.compile(reference, dynamic=False)
@@ -95,14 +90,14 @@ def measure_cast(shapes=SHAPES, rounds: int = 3, quick: bool = False, log=print,
         fns = _functions(x, scale, fp8, reference, compiled, configs or {})
         exact = {b: _same(fn(), want) for b, fn in fns.items()}
         for r in range(rounds):
-            copy_ms, c20, c80 = _time(functools.partial(dst.copy_, src), quick)
+            copy_ms, c20, c80 = time_ms(functools.partial(dst.copy_, src), quick)
             copy_gbps = nbytes / copy_ms / 1e6
             row = dict(meta, op="cast_transpose", backend="copy", shape=list(shape), dtype=dtype, ms=copy_ms,
                        ms_p20=c20, ms_p80=c80, gbps=copy_gbps, copy_gbps=copy_gbps, fraction_of_copy=1.0,
                        run=meta["time"], round=r)  # fmt: skip
             records.append(row)
             for b, fn in fns.items():
-                ms, p20, p80 = _time(fn, quick)
+                ms, p20, p80 = time_ms(fn, quick)
                 gbps = nbytes / ms / 1e6
                 records.append(dict(row, backend=b, ms=ms, ms_p20=p20, ms_p80=p80, gbps=gbps,
                                     fraction_of_copy=gbps / copy_gbps, exact=exact[b]))  # fmt: skip
@@ -146,7 +141,7 @@ def _variant(x, scale, fp8, config, options, k):
             slot = k.amax_slot(x.device)
             k.launch(x, y, y_t, slot, scale, fp8, config, **options)
             return y, y_t, slot.view(torch.float32)
-        partials = torch.empty(k.num_programs(M, N, x.element_size(), config), dtype=torch.int32, device=x.device)
+        partials = torch.empty(k.num_programs(M, N, config), dtype=torch.int32, device=x.device)
         k.launch(x, y, y_t, partials, scale, fp8, config, **options)
         return y, y_t, k.finalize_amax(partials)
 
@@ -182,41 +177,26 @@ def parse_tiles(specs: str) -> dict:
     configs = {}
     for spec in filter(None, specs.split(",")):
         tile, *suffixes = spec.split("-")
-        tile, rest = tile.split("w")
-        rest, _, regs = rest.partition("r")  # ...rR: at most R registers per thread
-        warps, _, group = rest.partition("g")  # BMxBNwW or BMxBNwWgG (bands of G tile rows)
-        bm, bn = (int(v) for v in tile.split("x"))
-        config = TileConfig(bm, bn, int(warps), int(group or 1), maxnreg=int(regs or 0))
+        try:
+            tile, rest = tile.split("w")
+            rest, _, regs = rest.partition("r")  # ...rR: at most R registers per thread
+            warps, _, group = rest.partition("g")  # BMxBNwW or BMxBNwWgG (bands of G tile rows)
+            bm, bn = (int(v) for v in tile.split("x"))
+            config = TileConfig(bm, bn, int(warps), int(group or 1), maxnreg=int(regs or 0))
+        except ValueError:
+            raise ValueError(f"tiles: expected BMxBNwW[gG][rR][-i64][-atomic] such as 128x128w8g4, "
+                             f"got {spec!r}") from None
+        if set(suffixes) - {"i64", "atomic"}:
+            raise ValueError(f"tiles: the suffixes are -i64 and -atomic, got {spec!r}")
         options = {"off64": True} if "i64" in suffixes else {}
         options |= {"amax_atomic": True} if "atomic" in suffixes else {}
         configs[spec] = (config, options)
     return configs
 
 
-def cli(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="tileflip bench --suite cast", description=__doc__.split("\n\n")[0])
-    p.add_argument("--shapes", default=",".join(f"{m}x{n}" for m, n in SHAPES), help="comma-separated MxN")
-    p.add_argument("--rounds", type=int, default=3, help="interleaved rounds per shape (default 3)")
-    p.add_argument("--quick", action="store_true", help="shorter repetitions")
-    p.add_argument("--tiles", default="",
-                   help="extra tile configs to time, comma-separated BMxBNwW[gG][rR] (e.g. 64x128w8, 128x128w8g8, "
-                        "128x128w8g4r80: bands of 4 tile rows, at most 80 registers per thread; suffixes -i64 "
-                        "for int64 offsets, -atomic for the atomic amax, else partials and a reduction kernel)")
-    p.add_argument("--out", default="benchmarks/results", help="folder for the JSON")
-    args = p.parse_args(argv)
-    import torch
-
-    if not torch.cuda.is_available():
-        print("the cast_transpose benchmark needs a CUDA GPU", file=sys.stderr)
-        return 2
-    shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
-    configs = parse_tiles(args.tiles)
-    log = functools.partial(print, file=sys.stderr, flush=True)
-    records = measure_cast(shapes, args.rounds, args.quick, log, configs=configs)
+def run(shapes, *, rounds: int, quick: bool, tiles: str, out_dir, command: str, log=print) -> list[str]:
+    """Measure, print the table and write the results file (suite ``cast``); returns the path written."""
+    configs = parse_tiles(tiles)
+    records = measure_cast(shapes, rounds, quick, log, configs=configs)
     print(table(records))
-    print(f"wrote {write(records, 'cast-transpose', args.out)}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(cli(sys.argv[1:]))
+    return [str(write_results(records, "cast", out_dir, command))]

@@ -1,47 +1,25 @@
-"""Benchmark of ``tileflip.distributed.core`` on NCCL, one process per GPU, as long-form JSON.
+"""Benchmark of ``tileflip.distributed`` on NCCL, one process per GPU: ``tileflip bench --suite distributed``.
 
-Run: ``python -m torch.distributed.run --nproc-per-node 2 -m tileflip.bench.distributed --out FILE.json``
-(``torchrun`` is the same launcher). NVLink multicast is kept off (``NCCL_NVLS_ENABLE=0`` unless set).
-
-Per case (>= 1 GiB per rank), in every round, each timed with CUDA events around every call (the median
-of the repetitions on each rank, then the slowest rank's median, which is what a collective costs):
-
-* ``copy``: a device-to-device copy of the bytes one rank holds, the same-run yardstick;
-* ``all_to_all_single``: the bare collective of the whole tensor (every block, the rank's own block
-  included, as a plain implementation sends it): the baseline of ``vs_bare``;
-* ``all_to_all_single-remote``: the collective tileflip runs, the same exchange with the own block's
-  split at 0 (``(P - 1) / P`` of the bytes), for reference;
-* ``tileflip``: the distributed operation end to end (sizes exchange included), for each ``chunks``
-  of ``CHUNKS`` and for ``"auto"`` (``chunks`` in the record is then what auto picked);
-* ``tileflip-pack``, ``tileflip-unpack`` and ``tileflip-own``: the three local passes of a ``chunks=1``
-  call alone: the pack of the blocks for the other ranks, the unpack of the blocks from them (both on
-  full grids, as the first pack and the last unpack run), and the move of the own block from the input
-  to the result, which a call runs under the collective on a capped grid (``BESIDE_SM_FRACTION``), so
-  its fraction of copy is low by design;
-* ``deepspeed``: the DeepSpeed-style sequence, ``.contiguous()`` + the collective + ``.contiguous()``.
-
-Bytes and GB/s: a copy and each local pass read and write every byte it moves (``moved_bytes``), so
-their GB/s is ``2 * moved_bytes / time`` and ``fraction_of_copy`` compares it with the copy of the same
-round. A collective or an end-to-end call is given as ``bytes / time`` (one rank's data resharded per
-second) with ``vs_bare`` (time over the bare collective's) and ``vs_deepspeed``.
-
-Then every result is compared bit for bit with the same answer built by torch ops (``op`` "check"),
-and the tileflip path alone is profiled (``op`` "profile": the call and a device synchronize inside the
-profiler, nothing of the benchmark's own): the CUDA kernels it launched, the torch copy ops it ran with
-their input shapes, and whether anything but tileflip's kernels and NCCL's ran; rank 0 also writes a
-Chrome trace of one ``transpose`` call with ``chunks="auto"`` next to the JSON, which shows the streams.
+Without a launcher around it, the command starts ``torch.distributed.run`` with one process per GPU,
+each running the same command (NVLink multicast kept off: ``NCCL_NVLS_ENABLE=0`` unless set). Per case
+(>= 1 GiB per rank) and round it times the copy of a rank's bytes, the bare all-to-all of the whole
+tensor, the exchange tileflip runs, tileflip's call for each ``chunks`` and its three local passes, and
+the DeepSpeed-style sequence; then checks every result bit for bit and profiles tileflip's call. Rank 0
+writes ``<out>/<device>x<ranks>/distributed.json`` and a Chrome trace beside it. What each figure means
+is described in docs/design.md (the benchmark). ``--device cpu``: a smoke run on gloo, not a measurement.
 """
 
 from __future__ import annotations
 
-import argparse
-import datetime as _dt
-import json
 import os
 import statistics
+import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from tileflip.bench import records as rec
 
 CHUNKS = (1, 2, 4, "auto")
 # Name prefixes of tileflip's kernels: the Triton ones, and the CUDA C++ transposes ``auto`` may pick.
@@ -95,16 +73,16 @@ def transpose_case(P: int, me: int, rows: list, N: int, dtype, device: str) -> C
     import torch
     import torch.distributed as dist
 
-    from tileflip.distributed import core as distributed
+    from tileflip.distributed import chunks, ops
 
     locals_ = [_random((m, N), dtype, 100 + i, device) for i, m in enumerate(rows)]
     local = locals_[me]
-    n = distributed.split_sizes(N, P)
+    n = chunks.split_sizes(N, P)
     n_at, M = sum(n[:me]), sum(rows)
     es = local.element_size()
     case = Case("transpose", tuple(local.shape), str(dtype).removeprefix("torch."), local.numel() * es)
-    case.plan = distributed.transpose_plan(P, me, local, rows, N, 1, "auto")
-    _collectives(case, distributed.auto_chunks(max(rows) * N * es, N * es))
+    case.plan = ops.transpose_plan(P, me, local, rows, N, 1, "auto")
+    _collectives(case, chunks.auto_chunks(max(rows) * N * es, N * es))
     expected = torch.cat([x[:, n_at : n_at + n[me]].t() for x in locals_], dim=1)
 
     def deepspeed():
@@ -116,8 +94,8 @@ def transpose_case(P: int, me: int, rows: list, N: int, dtype, device: str) -> C
         return torch.cat([b.view(n[me], m) for b, m in zip(recv.split([n[me] * m for m in rows]), rows)], dim=1)
 
     for k in CHUNKS:
-        case.run[f"tileflip:{k}"] = lambda k=k: distributed.transpose(local, chunks=k)
-        case.check[f"tileflip:{k}"] = lambda k=k: (distributed.transpose(local, chunks=k), expected)
+        case.run[f"tileflip:{k}"] = lambda k=k: ops.transpose(local, chunks=k)
+        case.check[f"tileflip:{k}"] = lambda k=k: (ops.transpose(local, chunks=k), expected)
     case.run["deepspeed"] = deepspeed
     case.check["deepspeed"] = lambda: (deepspeed(), expected)
     return case
@@ -126,13 +104,13 @@ def transpose_case(P: int, me: int, rows: list, N: int, dtype, device: str) -> C
 def seq_to_head_case(P: int, me: int, B: int, seq: list, H: int, D: int, dtype, device: str) -> Case:
     import torch
 
-    from tileflip.distributed import core as distributed
+    from tileflip.distributed import chunks, ops
 
     xs = [_random((B, s, H, D), dtype, 200 + i, device) for i, s in enumerate(seq)]
     x, h = xs[me], H // P
     case = Case("seq_to_head", tuple(x.shape), str(dtype).removeprefix("torch."), x.numel() * x.element_size())
-    case.plan = distributed.seq_to_head_plan(P, me, x, seq, 1, "auto")
-    _collectives(case, distributed.auto_chunks(max(seq) * B * H * D * x.element_size(), h * D * x.element_size()))
+    case.plan = ops.seq_to_head_plan(P, me, x, seq, 1, "auto")
+    _collectives(case, chunks.auto_chunks(max(seq) * B * H * D * x.element_size(), h * D * x.element_size()))
     expected = torch.cat([t[:, :, me * h : (me + 1) * h] for t in xs], dim=1)
 
     def deepspeed():
@@ -143,8 +121,8 @@ def seq_to_head_case(P: int, me: int, B: int, seq: list, H: int, D: int, dtype, 
         return recv.permute(1, 0, 2, 3, 4).contiguous().view(B, P * s, h, D)
 
     for k in CHUNKS:
-        case.run[f"tileflip:{k}"] = lambda k=k: distributed.seq_to_head(x, chunks=k)
-        case.check[f"tileflip:{k}"] = lambda k=k: (distributed.seq_to_head(x, chunks=k), expected)
+        case.run[f"tileflip:{k}"] = lambda k=k: ops.seq_to_head(x, chunks=k)
+        case.check[f"tileflip:{k}"] = lambda k=k: (ops.seq_to_head(x, chunks=k), expected)
     case.run["deepspeed"] = deepspeed
     case.check["deepspeed"] = lambda: (deepspeed(), expected)
     return case
@@ -153,7 +131,7 @@ def seq_to_head_case(P: int, me: int, B: int, seq: list, H: int, D: int, dtype, 
 def head_to_seq_case(P: int, me: int, B: int, seq: list, H: int, D: int, dtype, device: str) -> Case:
     import torch
 
-    from tileflip.distributed import core as distributed
+    from tileflip.distributed import chunks, ops
 
     xs = [_random((B, s, H, D), dtype, 300 + i, device) for i, s in enumerate(seq)]
     h = H // P
@@ -161,8 +139,8 @@ def head_to_seq_case(P: int, me: int, B: int, seq: list, H: int, D: int, dtype, 
     expected = xs[me]
     del xs
     case = Case("head_to_seq", tuple(y.shape), str(dtype).removeprefix("torch."), y.numel() * y.element_size())
-    case.plan = distributed.head_to_seq_plan(P, me, y, seq, 1, "auto")
-    _collectives(case, distributed.auto_chunks(y.numel() * y.element_size(), h * D * y.element_size()))
+    case.plan = ops.head_to_seq_plan(P, me, y, seq, 1, "auto")
+    _collectives(case, chunks.auto_chunks(y.numel() * y.element_size(), h * D * y.element_size()))
 
     def deepspeed():
         s = seq[me]
@@ -172,8 +150,8 @@ def head_to_seq_case(P: int, me: int, B: int, seq: list, H: int, D: int, dtype, 
         return recv.permute(1, 2, 0, 3, 4).contiguous().view(B, s, H, D)
 
     for k in CHUNKS:
-        case.run[f"tileflip:{k}"] = lambda k=k: distributed.head_to_seq(y, seq_len=seq[me], chunks=k)
-        case.check[f"tileflip:{k}"] = lambda k=k: (distributed.head_to_seq(y, seq_len=seq[me], chunks=k), expected)
+        case.run[f"tileflip:{k}"] = lambda k=k: ops.head_to_seq(y, seq_len=seq[me], chunks=k)
+        case.check[f"tileflip:{k}"] = lambda k=k: (ops.head_to_seq(y, seq_len=seq[me], chunks=k), expected)
     case.run["deepspeed"] = deepspeed
     case.check["deepspeed"] = lambda: (deepspeed(), expected)
     return case
@@ -185,14 +163,14 @@ def _collectives(case: Case, auto: int) -> None:
     import torch
     import torch.distributed as dist
 
-    from tileflip.distributed import core as distributed
+    from tileflip.distributed import pipeline
 
     plan = case.plan
     es = plan.out.element_size()
     ins, outs = plan.full_in_splits, plan.full_out_splits
     send = torch.empty(sum(ins) * es, dtype=torch.uint8, device=plan.out.device)
     recv = torch.empty(sum(outs) * es, dtype=torch.uint8, device=plan.out.device)
-    full = distributed.carriers(send, recv, es, ins, outs)
+    full = pipeline.carriers(send, recv, es, ins, outs)
     mine = plan.bufs.carriers(plan.steps[0])
     case.bare = lambda: dist.all_to_all_single(full[1], full[0], full[3], full[2])
     case.remote = lambda: dist.all_to_all_single(mine[1], mine[0], mine[3], mine[2])
@@ -320,7 +298,7 @@ def _summary_line(case: Case, records: list[dict]) -> str:
 
 
 def summary_records(case: Case, records: list[dict], meta: dict) -> dict:
-    """The claims of the issue for one case, from the medians over rounds."""
+    """The figures that sum up one case, from the medians over rounds."""
     fixed = [k for k in CHUNKS if k != "auto"]
     best = min(fixed, key=lambda k: _median_of(records, "tileflip", chunks=k))
     auto_vs_bare = _median_of(records, "tileflip", "vs_bare", chunks="auto")
@@ -364,8 +342,7 @@ def _chunks_arg(chunks: str):
 def profile_case(case: Case, meta: dict, name: str, trace: Path | None, device: str) -> dict:
     """CUDA kernels and torch copy ops of one tileflip call (after warm-up): only the call and a device
     synchronize run inside the profiler. A copy op is listed with its input shapes, and counted wherever
-    it ran (the caller's thread or a backend's: gloo's all_gather, which the sizes exchange no longer
-    uses, ran copies on its own thread)."""
+    it ran, the caller's thread or a collective backend's own (gloo's all_gather runs copies there)."""
     import torch
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
@@ -411,7 +388,7 @@ def _meta(device: str) -> dict:
         "gpu": torch.cuda.get_device_name() if cuda else "cpu (smoke run, not a measurement)",
         "torch": torch.__version__,
         "triton": triton.__version__,
-        "time": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "time": rec.now(),
         "world": dist.get_world_size(),
         "collectives": dist.get_backend_config(),
         "nccl": str(torch.cuda.nccl.version()) if cuda else None,
@@ -432,19 +409,25 @@ def _cases(P: int, me: int, scale: int, device: str):
     yield lambda: head_to_seq_case(P, me, 8, [s] * P, 32, max(2, 128 // scale), torch.bfloat16, device)
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", required=True, help="JSON file the records are written to (by rank 0)")
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--reps", type=int, default=20)
-    parser.add_argument("--scale", type=int, default=1, help="divide the sizes by this (quick trials)")
-    parser.add_argument(
-        "--device",
-        choices=("cuda", "cpu"),
-        default="cuda",
-        help="cpu: a smoke run of this script on gloo (set TRITON_INTERPRET=1), not a measurement",
-    )
-    args = parser.parse_args(argv)
+LAUNCHER_ENV = ("LOCAL_RANK", "WORLD_SIZE")  # set by torch.distributed.run in each process it starts
+
+
+def under_launcher() -> bool:
+    return all(k in os.environ for k in LAUNCHER_ENV)
+
+
+def launch(argv: list[str], nproc: int) -> int:
+    """Run ``tileflip bench`` with ``argv`` in ``nproc`` processes under ``torch.distributed.run``."""
+    env = dict(os.environ)
+    env.setdefault("NCCL_NVLS_ENABLE", "0")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc),
+           "-m", "tileflip.cli", "bench", *argv]  # fmt: skip
+    return subprocess.run(cmd, env=env, check=False).returncode
+
+
+def run(*, out_dir, rounds: int = 3, reps: int = 20, scale: int = 1, device: str = "cuda", command: str = "",
+        log_all=print) -> int:  # fmt: skip
+    """One rank's part of the benchmark (under ``torch.distributed.run``); rank 0 writes the results."""
     os.environ.setdefault("NCCL_NVLS_ENABLE", "0")  # read when the communicator is created: never multicast
     if os.environ.get("LOCAL_WORLD_SIZE") == os.environ.get("WORLD_SIZE") and os.uname().sysname == "Linux":
         os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # one host: the gloo sizes exchange on loopback
@@ -452,7 +435,6 @@ def main(argv=None) -> int:
     import torch
     import torch.distributed as dist
 
-    device = args.device
     if device == "cuda":
         local_rank = int(os.environ.get("LOCAL_RANK", "0"))
         torch.cuda.set_device(local_rank)
@@ -460,15 +442,18 @@ def main(argv=None) -> int:
     else:
         dist.init_process_group("gloo")
     P, me = dist.get_world_size(), dist.get_rank()
-    log = (lambda *a: print(*a, flush=True)) if me == 0 else (lambda *a: None)
+    log = log_all if me == 0 else (lambda *a: None)
     meta = _meta(device)
     meta["run"] = meta["time"]
-    out_path = Path(args.out)
+    label = f"{rec.device_label(meta['gpu']) if device == 'cuda' else 'cpu'}x{P}"
+    out_path = rec.results_path(out_dir, label, "distributed")
+    if me == 0:
+        out_path.parent.mkdir(parents=True, exist_ok=True)
     records = []
     t0 = time.perf_counter()
-    for make in _cases(P, me, args.scale, device):
+    for make in _cases(P, me, scale, device):
         case = make()
-        timed = measure_case(case, meta, args.rounds, args.reps, device, log)
+        timed = measure_case(case, meta, rounds, reps, device, log)
         summary = summary_records(case, timed, meta)
         checks = check_case(case, meta)
         records += [*timed, summary, *checks]
@@ -484,13 +469,8 @@ def main(argv=None) -> int:
             torch.cuda.empty_cache()
     log(f"total {time.perf_counter() - t0:.0f} s")
     if me == 0:
-        out_path.parent.mkdir(parents=True, exist_ok=True)
-        out_path.write_text(json.dumps(records, indent=1))
-        log(f"wrote {out_path}")
+        path = rec.write_results(records, "distributed", out_dir, command, device=label)
+        log(f"wrote {path}")
     dist.barrier()
     dist.destroy_process_group()
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -3,8 +3,8 @@
 For every variant the kernel runs through ``tileflip.ops.transpose(x, out=out, backend=...)`` and is
 timed with ``triton.testing.do_bench(..., return_mode="median")`` (L2 flushed between runs), between
 two timings of ``b.copy_(a)`` over the same bytes; the measured fraction of copy is
-copy time / kernel time. The prediction comes from ``tileflip.analyze.model`` with the tile, warps,
-layouts and registers of the Triton kernel read back from the launcher's cache after it ran.
+copy time / kernel time. The prediction comes from ``tileflip.analyze.model.analyze`` with the tile,
+warps, layouts and registers of the Triton kernel read back from the launcher's cache after it ran.
 
 Where Nsight Compute (``ncu``) is on the PATH, each variant also runs once under it in a child
 process and the measured sectors per request (global loads and stores), shared-memory wavefronts
@@ -19,6 +19,10 @@ import json
 import shutil
 import subprocess
 import sys
+
+from tileflip.analyze.model import analyze
+from tileflip.analyze.variants import KERNELS
+from tileflip.plan.dtypes import dtype_name
 
 BACKENDS = {"naive": "cuda-naive", "tiled_nopad": "cuda-tiled-nopad", "tiled": "cuda-tiled", "triton": "triton"}
 TOLERANCE = 0.10
@@ -51,9 +55,9 @@ def _same_bits(torch, a, b) -> bool:
 
 
 def _run(kernel: str, x, out):
-    from tileflip.ops import core as ops
+    from tileflip.ops.transpose import transpose
 
-    return ops.transpose(x, out=out, backend=BACKENDS[kernel])
+    return transpose(x, out=out, backend=BACKENDS[kernel])
 
 
 def triton_config(element_size: int):
@@ -80,8 +84,9 @@ def triton_config(element_size: int):
         return None
 
 
-def _ncu_child(argv: list[str]) -> None:
-    """Run one variant once inside an NVTX range, for ncu (the compile and warm-up stay outside)."""
+def ncu_child(argv: list[str]) -> None:
+    """The process ncu profiles: ``KERNEL M N DTYPE``, run once inside an NVTX range (compile and warm-up
+    stay outside)."""
     import torch
 
     kernel, M, N, dtype = argv[0], int(argv[1]), int(argv[2]), getattr(torch, argv[3])
@@ -100,7 +105,7 @@ def _ncu_metrics(kernel: str, M: int, N: int, dtype_name: str, timeout: int = 30
     cmd = [
         shutil.which("ncu"), "--csv", "--print-units", "base", "--nvtx", "--nvtx-include", f"{_NVTX_RANGE}/",
         "--metrics", ",".join(NCU_METRICS.values()),
-        sys.executable, "-c", "import sys; from tileflip.bench.measure import _ncu_child; _ncu_child(sys.argv[1:])",
+        sys.executable, "-c", "import sys; from tileflip.bench.measure import ncu_child; ncu_child(sys.argv[1:])",
         kernel, str(M), str(N), dtype_name,
     ]
     try:
@@ -166,19 +171,24 @@ def _fmt(v) -> str:
     return f"{v / 2**20:.1f} MiB" if v > 1e4 else f"{v:.2f}"
 
 
-def measure_analyzer(args) -> int:
-    """Measure each variant's fraction of a same-run copy and print it beside the prediction."""
+def measure_analyzer(shape, dtype="float32", *, kernels=KERNELS, threads=None, block=None, num_warps=None,
+                     sample: int = 512, device=None, as_json: bool = False, ncu: bool = True) -> int:
+    """Measure each variant's fraction of a same-run copy and print it beside the prediction; exit status.
+
+    ``shape`` is the input (M, N), ``dtype`` any name ``plan.dtypes`` takes, ``kernels`` a tuple of
+    ``KERNELS``; ``threads`` (naive's block), ``block`` and ``num_warps`` (Triton's, when its compiled
+    configuration cannot be read back), ``sample`` and ``device`` go to the analyzer; ``ncu`` runs
+    Nsight Compute when it is installed.
+    """
     import torch
     from triton.testing import do_bench
-
-    from tileflip.analyze.model import KERNELS, _parse_pair, analyze
 
     if not torch.cuda.is_available():
         print("tileflip analyze --measure needs a CUDA GPU", file=sys.stderr)
         return 2
-    M, N = _parse_pair(args.shape, "shape")
-    dtype = getattr(torch, str(args.dtype).removeprefix("torch."))
-    kernels = KERNELS if args.kernel in (None, "all") else (args.kernel,)
+    M, N = shape
+    name = dtype_name(dtype)
+    dtype = getattr(torch, name)
     x = _make_input(torch, M, N, dtype)
     out = torch.empty((N, M), device="cuda", dtype=dtype)
     src = x.reshape(-1)
@@ -203,14 +213,14 @@ def measure_analyzer(args) -> int:
         copy_after = do_bench(copy, return_mode="median")
         copy_ms = (copy_before + copy_after) / 2
         # The CUDA launcher's blocks are fixed (16x16 naive, 32x8 tiled); --threads only describes naive's.
-        kw = {"threads": args.threads} if kernel == "naive" else {}
+        kw = {"threads": threads} if kernel == "naive" else {}
         if kernel == "triton":
             cfg = triton_config(x.element_size())
             if cfg:
                 kw = {"block": cfg[0], "num_warps": cfg[1], "group_m": cfg[2], "layouts": cfg[3]}
-            elif args.block:
-                kw = {"block": args.block, "num_warps": args.num_warps}
-        report = analyze(kernel, (M, N), args.dtype, sample=args.sample, device=args.device, **kw)
+            elif block:
+                kw = {"block": block, "num_warps": num_warps}
+        report = analyze(kernel, (M, N), name, sample=sample, device=device, **kw)
         row = {
             "kernel": kernel, "backend": BACKENDS[kernel], "ms": ms, "copy_ms": copy_ms,
             "GB/s": 2 * x.numel() * x.element_size() / ms / 1e6,  # bytes read + bytes written
@@ -220,18 +230,18 @@ def measure_analyzer(args) -> int:
             "resources_s": report.resources,
         }
         row["error_points"] = 100 * (row["predicted_fraction_of_copy"] - row["measured_fraction_of_copy"])
-        if shutil.which("ncu") and not getattr(args, "no_ncu", False):
-            measured = _ncu_metrics(kernel, M, N, str(dtype).removeprefix("torch."))
+        if ncu and shutil.which("ncu"):
+            measured = _ncu_metrics(kernel, M, N, name)
             row["ncu"] = measured if "error" in measured else _measured_counters(measured)
             row["predicted_counters"] = _predicted_counters(report)
         rows.append(row)
 
     ok = all("error" not in r and abs(r["error_points"]) <= 100 * TOLERANCE for r in rows)
-    if args.json:
-        print(json.dumps({"shape": [M, N], "dtype": str(args.dtype), "device": torch.cuda.get_device_name(),
+    if as_json:
+        print(json.dumps({"shape": [M, N], "dtype": name, "device": torch.cuda.get_device_name(),
                           "tolerance_points": 100 * TOLERANCE, "within_tolerance": ok, "rows": rows}, indent=2))
         return 0 if ok else 1
-    print(f"{M}x{N} {args.dtype} on {torch.cuda.get_device_name()}  (do_bench medians, L2 flushed)")
+    print(f"{M}x{N} {name} on {torch.cuda.get_device_name()}  (do_bench medians, L2 flushed)")
     print(f"{'kernel':<13}{'ms':>9}{'copy ms':>9}{'GB/s':>8}{'measured':>10}{'predicted':>10}{'diff':>8}  bound")
     for r in rows:
         if "error" in r:

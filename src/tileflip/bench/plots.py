@@ -1,33 +1,28 @@
-"""PNG plots drawn from a ``tileflip bench`` results file (never from live measurements)."""
+"""PNG plots drawn from a ``tileflip bench`` results file (never from live measurements): one bar chart
+per dtype of each op's fraction of the same-run copy, written beside the file as ``<suite>-<dtype>.png``."""
 
 from __future__ import annotations
 
-import json
+import importlib.util
 from pathlib import Path
 
-from tileflip.bench.suites import PEERS, TILEFLIP_BACKENDS, medians
+from tileflip.bench.cases import PEERS, TILEFLIP_BACKENDS
+from tileflip.bench.records import load_records, medians
 
 
-def _records(path: str) -> list[dict]:
-    """The records of a ``tileflip bench`` results file, or a ValueError naming the file."""
-    try:
-        records = json.loads(Path(path).read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ValueError(f"--plot {path!r} is not JSON ({e})") from None
-    if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
-        raise ValueError(f"--plot {path!r} is not a results file of tileflip bench (a JSON list of records)")
-    return records
-
-
-def draw(path: str) -> list[str]:
+def draw(path, out_dir=None) -> list[str]:
+    """Plots of a results file's transposes or permutes, in ``out_dir`` (default: the file's folder)."""
+    records = [r for r in load_records(path) if r.get("op") in ("copy", "transpose", "permute")]
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    records = [r for r in _records(path) if r.get("op") in ("copy", "transpose", "permute")]
     med = medians(records)
     permutes = any(r["op"] == "permute" for r in records)
+    stem = Path(out_dir or Path(path).parent) / Path(path).stem
+    if out_dir:
+        Path(out_dir).mkdir(parents=True, exist_ok=True)
     written = []
     for dtype in sorted({d for _, d, _ in med}):
         shapes = sorted({s for s, d, _ in med if d == dtype}, key=lambda s: -_numel(s))
@@ -46,11 +41,19 @@ def draw(path: str) -> list[str]:
         ax.set_title(f"{what}, {dtype}, {gpu} (median of rounds; copy = 100%)")
         ax.legend(fontsize=7, ncol=2)
         fig.tight_layout()
-        out = str(Path(path).with_suffix("")) + f"-{dtype}.png"
+        out = f"{stem}-{dtype}.png"
         fig.savefig(out, dpi=110)
         plt.close(fig)
         written.append(out)
     return written
+
+
+def draw_if_possible(path, log=print) -> list[str]:
+    """``draw`` where matplotlib is installed; else a note and nothing (``tileflip bench --plot`` later)."""
+    if importlib.util.find_spec("matplotlib") is None:
+        log(f"plots: matplotlib is not installed; draw them later with tileflip bench --plot {path}")
+        return []
+    return draw(path)
 
 
 def _numel(key) -> int:

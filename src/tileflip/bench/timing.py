@@ -1,23 +1,12 @@
 """Device time of one call, by CUDA events, with L2 flushed and the host's launch latency kept out.
 
-``triton.testing.do_bench`` records the start event, then lets the host launch the call. When the GPU
-has already drained its queue (the L2 flush takes ~90 us; a Python launch path can take 10-30 us), the
-start event fires at once and the figure includes the host's time to launch: small cases then rank
-backends by their Python overhead, and do it unevenly (the same call measured 4 us in one round and
-30 us in the next on an H200). Here every repetition queues, in order: the L2 flush, a spin kernel of
-``SPIN_CYCLES`` clock cycles (~100 us), the start event, the call, the end event. The spin keeps the GPU
-busy while the host enqueues the call, so the events bracket device work only; it lasts at least four
-times the host's measured time to enqueue the call (``spin_cycles``). Host time is measured apart
-(``tileflip bench --suite host``).
-
-The flush (``FLUSH_MODE``): ``"l2"``, the default, is ``kernels.triton_flush``: a 256 MiB read at
-``evict_last`` priority, then a discard of its lines, leaving the L2 clean and empty (87 us on an H200).
-``"zero"`` is a 256 MiB ``zero_`` (83 us; what ``do_bench`` does). It leaves the L2 full of dirty lines,
-which the timed call then writes back: on an H200 (``benchmarks/flush_check.py``, session 11 runs 1 and
-7) a 256 MiB copy took 129.4-129.7 us after it and 126.3-126.6 us after ``"l2"``, and a 256 MiB read 71.3-71.6
-against 63.5-63.6 us. It may also leave lines loaded at ``evict_last`` (the same copy took 128.0-128.3 us when x
-had been read that way before the flush). After ``"l2"`` the copy and the read took the same time whatever
-had read x before the flush.
+Every repetition queues, in order: the L2 flush, a spin kernel of at least ``SPIN_CYCLES`` clock cycles
+(~100 us, and at least four times the host's measured time to enqueue the call: ``spin_cycles``), the
+start event, the call, the end event. The spin keeps the GPU busy while the host enqueues the call, so
+the events bracket device work only. The flush (``FLUSH_MODE``): ``"l2"``, the default, reads a 256 MiB
+buffer at ``evict_last`` priority and discards its lines (``tileflip.kernels.triton.flush``), leaving
+the L2 clean and empty; ``"zero"`` is a 256 MiB ``zero_``, as ``triton.testing.do_bench`` does. Why
+both, with their figures: docs/design.md (the benchmark). Host time is measured apart (the host suite).
 """
 
 from __future__ import annotations

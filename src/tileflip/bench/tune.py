@@ -1,19 +1,17 @@
-"""Measure Triton tile configurations on the GPU and write the tuning table ``tileflip.tuning`` reads.
+"""Measure Triton tile configurations on the GPU and choose the tuning table ``tileflip.tuning`` reads.
 
-``python -m tileflip.bench.tune --out FILE.json`` times every candidate configuration on one representative
-shape per (element size, shape class), against a same-run copy of the same bytes, and writes both the
-raw measurements and the chosen table. The GPU machine starts bare every time, so the table is
-committed (``src/tileflip/data/``) rather than measured at run time.
+``tileflip bench --suite tune`` times every candidate configuration on the representative shapes of
+each (element size, shape class) against a same-run copy of the same bytes, and writes the measurements
+and the chosen table as the ``tune`` results file; ``--write`` also merges the choice into the
+committed table (``src/tileflip/data/``), which tileflip reads rather than measuring at run time.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 
 from tileflip import tuning
-from tileflip.bench.suites import Case, _make_input, _meta, _time
+from tileflip.bench import records as rec
 
 # Representative shapes per class of tuning.triton_config. Thin shapes (a side under 64, under 16 when
 # launch-bound) take tuning.thin_config, derived from the short side, and are not swept.
@@ -65,8 +63,8 @@ def _measure(x, out, src, dst, config, about: dict, log) -> dict:
     out.view(-1).view(torch.uint8).fill_(0xA5)
     triton_transpose.launch(x, out, config)
     assert torch.equal(out, x.t()), f"wrong result for {config} on {about['shape']}"
-    copy_ms = _time(lambda: dst.copy_(src), True)[0]
-    ms = _time(lambda: triton_transpose.launch(x, out, config), True)[0]
+    copy_ms = rec.time_ms(lambda: dst.copy_(src), True)[0]
+    ms = rec.time_ms(lambda: triton_transpose.launch(x, out, config), True)[0]
     row = dict(about, config=list(config), ms=ms, copy_ms=copy_ms, fraction_of_copy=copy_ms / ms,
                gbps=2 * x.numel() * x.element_size() / ms / 1e6)  # fmt: skip
     log(f"{about['element_size']} B {about['shape']} {row['config']}: {row['fraction_of_copy']:.1%}")
@@ -78,14 +76,14 @@ def sweep(element_sizes, log, classes=None) -> list[dict]:
     import torch
 
     dtype_of = {1: "uint8", 2: "uint16", 4: "uint32", 8: "uint64"}
-    meta = _meta()
+    meta = rec.meta()
     rows = []
     for es in element_sizes:
         for cls in REPRESENTATIVE:
             if classes and cls not in classes:
                 continue
             for shape in representative(es, cls):
-                x = _make_input(Case(shape, dtype_of[es]))
+                x = rec.make_input(shape, dtype_of[es])
                 out = torch.empty(shape[::-1], dtype=x.dtype, device="cuda")
                 src = torch.empty(x.numel() * es, dtype=torch.uint8, device="cuda")
                 dst = torch.empty_like(src)
@@ -133,10 +131,9 @@ def _geomean(values):
 def auto_from_bench(records: list[dict]) -> dict:
     """For each (element size, shape class) of a ``tileflip bench`` run: the tileflip backend whose worst
     ratio to the best tileflip backend over the class's cases is highest."""
-    from tileflip.bench.suites import medians
-    from tileflip.plan import element_size
+    from tileflip.plan.dtypes import element_size
 
-    med = medians([r for r in records if r["op"] in ("copy", "transpose")])
+    med = rec.medians([r for r in records if r["op"] in ("copy", "transpose")])
     candidates = ["triton", "triton-gather", "cuda-naive", "cuda-tiled", "cuda-tiled-nopad", "cuda-vec"]
     classes: dict = {}
     for (shape, dtype, backend), (ms, _, _) in med.items():
@@ -172,36 +169,39 @@ def write_table(path, *, triton=None, auto=None, source: str = "", source_key: s
     return data
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m tileflip.bench.tune")
-    p.add_argument("--out", help="write the sweep's measurements and chosen table here")
-    p.add_argument("--sizes", default="1,2,4,8")
-    p.add_argument("--classes", default="", help="comma-separated classes to sweep (default: all)")
-    p.add_argument("--auto-from", metavar="BENCH.json", help="derive the auto table from a bench run instead")
-    p.add_argument("--table", default=str(tuning.TABLE_FILE), help="the committed table to update")
-    p.add_argument("--write", action="store_true", help="also merge the chosen tiles into --table")
-    args = p.parse_args(argv)
-    unknown = [c for c in args.classes.split(",") if c and c not in REPRESENTATIVE]
+def run(*, sizes: list[int], classes: list[str], out_dir, command: str, table_file, write: bool,
+        log=print) -> list[str]:  # fmt: skip
+    """Sweep, write the ``tune`` results file (a sweep of some sizes or classes merges into it, replacing
+    their rows) and, with ``write``, merge the chosen tiles into ``table_file``; returns the paths written."""
+    unknown = [c for c in classes if c not in REPRESENTATIVE]
     if unknown:
-        p.error(f"--classes: unknown class(es) {unknown}; known: {sorted(REPRESENTATIVE)}")
-    if args.auto_from:
-        auto = auto_from_bench(json.loads(open(args.auto_from).read()))
-        write_table(args.table, auto=auto, source=f"tileflip.tune --auto-from {args.auto_from}")
-        print(json.dumps(auto, indent=1))
-        return 0
-    rows = sweep([int(s) for s in args.sizes.split(",")], log=lambda m: print(m, file=sys.stderr, flush=True),
-                 classes=[c for c in args.classes.split(",") if c])
-    result = {"meta": _meta(), "table": choose(rows), "measurements": rows}
-    with open(args.out, "w") as f:
-        json.dump(result, f, indent=1)
-    if args.write and result["table"]:
-        meta = result["meta"]
-        what = f" --classes {args.classes}" if args.classes else ""
-        write_table(args.table, triton=result["table"], source_key="triton" + (f" {args.classes}" if what else ""),
-                    source=f"python -m tileflip.bench.tune{what} on an {meta['gpu']}, {meta['time']} ({args.out})")
-    print(json.dumps(result["table"], indent=1))
-    return 0
+        raise ValueError(f"classes: unknown class(es) {unknown}; known: {sorted(REPRESENTATIVE)}")
+    rows = sweep(sizes, log=log, classes=classes)
+    meta = rec.meta()
+    device = rec.device_label(meta["gpu"])
+    chosen = choose(rows)
+    table, measurements = chosen, rows
+    path = rec.results_path(out_dir, device, "tune")
+    if (classes or set(sizes) != {1, 2, 4, 8}) and path.exists():  # a partial sweep: merged into the file
+        old = json.loads(path.read_text())
+        swept = {(r["element_size"], r["shape_class"]) for r in rows}
+        kept = [r for r in old.get("measurements", []) if (r["element_size"], r["shape_class"]) not in swept]
+        table, measurements = {**old.get("table", {}), **chosen}, kept + rows
+    path = rec.write_results(None, "tune", out_dir, command, device=device, gpu=meta["gpu"],
+                             extra={"meta": meta, "table": table, "measurements": measurements})
+    written = [str(path)]
+    if write and chosen:
+        key = "triton" + (f" {','.join(classes)}" if classes else "")
+        write_table(table_file, triton=chosen, source_key=key,
+                    source=f"{command} on an {meta['gpu']}, {meta['time']} ({path})")
+        written.append(str(table_file))
+    print(json.dumps(chosen, indent=1))
+    return written
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def run_auto_from(bench_file, *, table_file, command: str) -> dict:
+    """Derive the ``auto`` table from a 2-D suite's results file and merge it into ``table_file``."""
+    auto = auto_from_bench(rec.load_records(bench_file, "--auto-from"))
+    write_table(table_file, auto=auto, source=f"{command} ({bench_file})")
+    print(json.dumps(auto, indent=1))
+    return auto

@@ -1,16 +1,17 @@
 """The child process of `tileflip check`: loads the target, runs the parent's cases, writes what came out.
 
 Run as ``python -m tileflip.check.child WORKDIR FIRST``. ``WORKDIR/spec.json`` (written by
-``tileflip.check.suite``) names the targets, the form, the device, the cases and the jobs, (target, case)
+``tileflip.check.runner``) names the targets, the form, the device, the cases and the jobs, (target, case)
 pairs in order; the inputs are ``.npy`` bit buffers beside it. The child runs the jobs from index
 ``FIRST`` on and for each one writes ``progress`` (the job running now) before it starts and
 ``result_<job>.json`` (plus ``out_<job>.npy``) when it is done, so that when the process dies the
 parent knows which case killed it. It loads each target on its first job and says how in
 ``loaded_<target>.json``; a target that cannot be loaded ends the child with ``load_error.json``.
 
-The child imports torch, and triton only when the target does. Without a GPU it sets
-``TRITON_INTERPRET=1`` before importing the target, so Triton kernels run in the interpreter.
-It judges nothing: it only runs, and copies back the output buffer with its guard bands.
+The child imports torch (inside its functions: the parent imports this module for its exit statuses),
+and triton only when the target does. Without a GPU it sets ``TRITON_INTERPRET=1`` before importing the
+target, so Triton kernels run in the interpreter. It judges nothing: it only runs, and copies back the
+output buffer with its guard bands.
 """
 
 from __future__ import annotations
@@ -26,7 +27,10 @@ import traceback
 
 import numpy as np
 
-from tileflip.check.suite import INT32_LIMIT, LOAD_ERROR_EXIT, RESTART_EXIT
+from tileflip.check.cases import INT32_LIMIT
+
+RESTART_EXIT = 75  # the child asks for a fresh process (a CUDA error leaves its context unusable)
+LOAD_ERROR_EXIT = 3  # the target could not be loaded: load_error.json says why
 
 # Rows of a large case's x built per step: bounds the int64 temporary to a few GiB.
 _LARGE_CHUNK_ROWS = 4096

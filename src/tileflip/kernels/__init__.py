@@ -1,1 +1,2 @@
-"""Kernels and their launchers: Triton kernels in triton_*.py, CUDA C++ in cuda/*.cu with its NVRTC loader."""
+"""Kernels and their launchers. Each takes a launch description (``tileflip.plan``) and imports no policy:
+Triton kernels in ``triton/``, CUDA C++ in ``cuda/`` with its NVRTC loader."""

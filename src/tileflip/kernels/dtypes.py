@@ -1,4 +1,5 @@
-"""Which dtypes the data-movement kernels carry, and the same-size unsigned integer view they move them as.
+"""The torch side of the one dtype table (``tileflip.plan.dtypes``): the torch dtypes the kernels carry,
+and the same-size unsigned integer view they move them as.
 
 A transpose moves bits, never values: every supported dtype is viewed as the unsigned integer of its
 size before a kernel sees it, so NaN payloads, negative zeros and float8 encodings travel unchanged.
@@ -8,22 +9,17 @@ from __future__ import annotations
 
 import torch
 
+from tileflip.plan.dtypes import ELEMENT_SIZE as _SIZE_BY_NAME
+from tileflip.plan.dtypes import PACKED_NAMES
+
 UINT_OF_SIZE = {1: torch.uint8, 2: torch.uint16, 4: torch.uint32, 8: torch.uint64}
 
-_SUPPORTED_NAMES = (
-    "bool", "int8", "uint8",
-    "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz", "float8_e8m0fnu",
-    "float16", "bfloat16", "int16", "uint16",
-    "float32", "int32", "uint32", "complex32",
-    "float64", "int64", "uint64", "complex64",
-)  # fmt: skip
-SUPPORTED = frozenset(getattr(torch, name) for name in _SUPPORTED_NAMES if hasattr(torch, name))
-
+SUPPORTED = frozenset(getattr(torch, name) for name in _SIZE_BY_NAME if hasattr(torch, name))
 # Types that pack several values into one byte: a transpose of their storage would move pairs of
 # values, not values, so they are refused until a kernel unpacks them.
-_PACKED_NAMES = ("float4_e2m1fn_x2", "uint1", "uint2", "uint3", "uint4", "uint5", "uint6", "uint7",
-                 "int1", "int2", "int3", "int4", "int5", "int6", "int7")  # fmt: skip
-PACKED = frozenset(getattr(torch, name) for name in _PACKED_NAMES if hasattr(torch, name))
+PACKED = frozenset(getattr(torch, name) for name in PACKED_NAMES if hasattr(torch, name))
+# Bytes per element of each supported dtype (read on every call's path: a dict lookup, no tensor made).
+ELEMENT_SIZE = {d: d.itemsize for d in SUPPORTED}
 
 
 def check_dtype(dtype: torch.dtype, arg: str = "x") -> None:
@@ -46,6 +42,3 @@ def check_dtype(dtype: torch.dtype, arg: str = "x") -> None:
 def as_uint(t: torch.Tensor) -> torch.Tensor:
     """The same memory viewed as the unsigned integer of the element size (strides and offset kept)."""
     return t.view(UINT_OF_SIZE[t.element_size()])
-
-# Bytes per element of each supported dtype (read on every call's path: a dict lookup, no tensor made).
-ELEMENT_SIZE = {d: d.itemsize for d in SUPPORTED}

@@ -1,28 +1,11 @@
 """``cast_transpose``: x to fp8 in both layouts, and max|x|, from one read of x.
 
-FP8 training keeps each tensor in fp8 twice, row-major and transposed (Hopper's fp8 matrix
-instructions want K-major operands), and needs max|x| for the next scale. As separate torch ops that
-reads x several times; here one Triton kernel reads each tile once and writes it twice, and each
-program folds the max|x| of its tile into the amax with an atomic max: one kernel is the whole call
-(while a CUDA graph is captured, a small reduction kernel over per-program partials follows).
-
-The conversion rule, exact on every input: ``y`` holds the bits torch gives for
-``(x.float() * scale).clamp(-fmax, fmax).to(dtype)``, with the product taken in fp32 (a Python float
-``scale`` is first rounded to fp32, as torch rounds it). So finite values above fmax and +-inf
-saturate to +-fmax (448 for e4m3fn, 57344 for e5m2), everything else rounds to nearest even, fp8
-subnormals included, and -0.0 stays -0.0. NaN gives NaN (byte 0x7f with x's sign bit; only
-"is NaN" is promised). On GPUs of compute capability 8.9 and later the kernel rounds with the
-hardware's ``cvt.rn.satfinite`` (two values per instruction, which keeps it memory-bound); in Triton's
-interpreter and on older GPUs with integer bit arithmetic. Both give exactly the bits above (see
-``tileflip.kernels.triton.cast_transpose``; the GPU tests run both against torch).
-
-``amax`` is ``x.abs().amax().float()`` of the unscaled x, exactly: NaN if x holds a NaN (as
-``torch.amax``), inf if it holds an inf, 0.0 when x is all zeros, and 0.0 for an empty x (where
-``torch.amax`` would raise).
-
-The cast is not differentiable: an ``x`` that requires grad is refused in grad mode (FP8 recipes call
-it inside their own autograd functions, where grad mode is off). A negative view (``c.conj().imag``)
-is resolved into a temporary first, for ``x`` and for a ``scale`` tensor.
+``y`` holds the bits torch gives for ``(x.float() * scale).clamp(-fmax, fmax).to(dtype)``, with the
+product taken in fp32 (a Python float ``scale`` is first rounded to fp32, as torch rounds it): finite
+values above fmax and +-inf saturate, everything else rounds to nearest even, -0.0 stays -0.0, NaN gives
+NaN. ``amax`` is ``x.abs().amax().float()`` of the unscaled x (NaN if x holds one; 0.0 for an empty x).
+The cast is not differentiable: an ``x`` or ``scale`` that requires grad is refused in grad mode.
+Kernel and conversion: ``tileflip.kernels.triton.cast_transpose`` and ``docs/design.md``.
 """
 
 from __future__ import annotations
@@ -31,22 +14,16 @@ import numbers
 
 import torch
 
-from tileflip.ops.core import check_dense
+from tileflip import tuning
+from tileflip.ops.backends import kernels
+from tileflip.ops.checks import check_dense
 
 INPUT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
 
-_kernel_module = None
-
 
 def _kernels():
-    # Imported on first use, like ops._triton: importing triton costs about a second.
-    global _kernel_module
-    if _kernel_module is None:
-        from tileflip.kernels.triton import cast_transpose as triton_cast_transpose
-
-        _kernel_module = triton_cast_transpose
-    return _kernel_module
+    return kernels("triton.cast_transpose")
 
 
 def _check_x(x) -> None:
@@ -119,13 +96,31 @@ def cast_transpose(
     that work. ``scale`` is a Python float or a 0-d float32 tensor on x's device (read by the kernel,
     so the host never waits for it); None means 1. The rounding rule is in this module's docstring.
     Refusals are ``TypeError`` or ``ValueError`` naming the argument, raised before any work.
+
+    Under ``torch.compile`` the call goes through the registered op ``tileflip::cast_transpose``.
     """
+    if torch.compiler.is_compiling():
+        value, tensor = (scale, None) if not isinstance(scale, torch.Tensor) else (1.0, scale)
+        value = 1.0 if value is None else value
+        y, y_t, top = torch.ops.tileflip.cast_transpose(x, value, tensor, dtype, transpose, amax)
+        return y, (y_t if transpose else None), (top if amax else None)
+    return cast_transpose_impl(x, dtype, scale, transpose, amax)
+
+
+def check_call(x, dtype, scale, transpose, amax):
+    """Every refusal of ``cast_transpose``, in order; returns the scale as the kernel takes it."""
     _check_x(x)
     _check_dtype(dtype)
     scale = _check_scale(x, 1.0 if scale is None else scale)
-    x = x.resolve_neg()
     _check_flag("transpose", transpose)
     _check_flag("amax", amax)
+    return scale
+
+
+def cast_transpose_impl(x, dtype, scale, transpose: bool, amax: bool):
+    """``cast_transpose`` without the dispatcher: checks, then one kernel (the eager path)."""
+    scale = check_call(x, dtype, scale, transpose, amax)
+    x = x.resolve_neg()
     M, N = x.shape
     y = torch.empty((M, N), dtype=dtype, device=x.device)
     y_t = torch.empty((N, M), dtype=dtype, device=x.device) if transpose else None
@@ -138,18 +133,29 @@ def cast_transpose(
     return y, y_t, _launch(kernels, x, y, y_t, scale, dtype, amax)
 
 
+def cast_transpose_fake(x, dtype, scale, transpose: bool, amax: bool):
+    """The registered op's outputs without data: (y, y_t or an empty placeholder, amax or an empty one)."""
+    check_call(x, dtype, scale, transpose, amax)
+    M, N = x.shape
+    y = x.new_empty((M, N), dtype=dtype)
+    y_t = x.new_empty((N, M) if transpose else (0,), dtype=dtype)
+    top = x.new_empty(() if amax else (0,), dtype=torch.float32)
+    return y, y_t, top
+
+
 def _launch(kernels, x, y, y_t, scale, dtype, amax: bool):
     """Run the kernel; return the amax (or None). The programs fold their partials into a fresh zeroed
     int32 with an atomic max, so the one kernel is the whole call. While a CUDA graph is being
     captured the slot could not be zeroed again between replays, so the programs write one partial
     each and a reduction kernel follows (``finalize_amax``)."""
+    config = tuning.cast_config(x.element_size())
     if not amax:
-        kernels.launch(x, y, y_t, None, scale, dtype)
+        kernels.launch(x, y, y_t, None, scale, dtype, config)
         return None
     if x.device.type == "cuda" and torch.cuda.is_current_stream_capturing():
-        partials = torch.empty(kernels.num_programs(*x.shape, x.element_size()), dtype=torch.int32, device=x.device)
-        kernels.launch(x, y, y_t, partials, scale, dtype)
+        partials = torch.empty(kernels.num_programs(*x.shape, config), dtype=torch.int32, device=x.device)
+        kernels.launch(x, y, y_t, partials, scale, dtype, config)
         return kernels.finalize_amax(partials)
     slot = kernels.amax_slot(x.device)
-    kernels.launch(x, y, y_t, slot, scale, dtype, amax_atomic=True)
+    kernels.launch(x, y, y_t, slot, scale, dtype, config, amax_atomic=True)
     return slot.view(torch.float32)

@@ -1,9 +1,9 @@
-"""Launcher of the CUDA C++ permute in ``cuda/permute_realign.cu`` (compiled by NVRTC on first use): the
-launches that ``tileflip.tuning.realign_launch`` gives it, 1-byte elements whose output rows start at
-any byte, written as whole aligned 32-byte sectors.
+"""Launcher of the CUDA C++ permute in ``permute_realign.cu`` (compiled by NVRTC on first use): 1-byte
+permutes whose output rows start at any byte, written as whole aligned 32-byte sectors, on the launches
+``tileflip.tuning.realign_launch`` gives it.
 
-``launch(x, out, plan)`` is called by ``tileflip.ops.core`` once every argument check is done (``out``
-contiguous, not overlapping ``x``); ``usable`` says whether a call may take it.
+``launch(x, out, plan, go)`` is called once every argument check is done (``out`` contiguous, not
+overlapping ``x``, ``x`` 16-byte aligned); ``params_of`` says whether the kernel holds the launch's decodes.
 """
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ from pathlib import Path
 
 import torch
 
-from tileflip import tuning
 from tileflip.kernels.cuda import nvrtc
 from tileflip.kernels.cuda.transpose import _arch
 from tileflip.kernels.triton.launch import current_stream
-from tileflip.plan import contiguous_strides
+from tileflip.plan.launch import product, realign_grid
+from tileflip.plan.permute import contiguous_strides
 
 CU_FILE = Path(__file__).with_name("permute_realign.cu")
 KERNEL = "permute_realign_u8"
@@ -45,20 +45,16 @@ def compile_cubin(arch: int = 90, *, use_cache: bool = True) -> dict[str, bytes]
 
 
 @functools.lru_cache(maxsize=256)
-def params_of(plan) -> tuple[_Params, int] | None:
-    """(the kernel's Params, filled once per plan, blocks) of ``plan``, or None where
-    ``tuning.realign_launch`` leaves it to the Triton kernels (or a decode has more dimensions than the
-    kernel holds)."""
-    go = tuning.realign_launch(plan, 1)
-    if go is None:
-        return None
+def params_of(plan, go) -> tuple[_Params, int] | None:
+    """(the kernel's Params, filled once per plan, blocks) of ``plan`` on the tile launch ``go``, or None
+    where a decode has more dimensions than the kernel holds."""
     sizes, in_strides, out_strides = plan.sizes, plan.in_strides, contiguous_strides(plan.sizes)
     groups = {"a": go.a_dims, "b": go.b_dims, "n": go.batch_dims}
     if any(len(dims) > MAX_DECODE[k] for k, dims in groups.items()):
         return None
-    size_a = tuning._product(sizes[d] for d in go.a_dims)
-    size_b = tuning._product(sizes[d] for d in go.b_dims)
-    tiles_a, tiles_b, blocks = tuning.realign_grid(sizes, go)
+    size_a = product(sizes[d] for d in go.a_dims)
+    size_b = product(sizes[d] for d in go.b_dims)
+    tiles_a, tiles_b, blocks = realign_grid(sizes, go)
 
     def padded(values, n):
         return tuple(values) + (0,) * (n - len(values))
@@ -71,13 +67,6 @@ def params_of(plan) -> tuple[_Params, int] | None:
               padded(a[0], 4), padded(a[1], 4), padded(b[0], 4), padded(b[1], 4),
               padded(n[0], 6), padded(n[1], 6), padded(n[2], 6))  # fmt: skip
     return _Params(*fields), blocks
-
-
-def usable(x: torch.Tensor, plan) -> bool:
-    """Whether this call of ``plan`` takes the CUDA kernel: the plan's launch does (``params_of``), x's
-    address is 16-byte aligned (its row pieces are read as aligned 16-byte words), and NVRTC is there
-    (else the Triton kernel runs it)."""
-    return x.data_ptr() % 16 == 0 and params_of(plan) is not None and nvrtc.available()
 
 
 class _ThreadArgs(threading.local):
@@ -107,9 +96,10 @@ def kernel_on(device: int):
     return kernel
 
 
-def launch(x: torch.Tensor, out: torch.Tensor, plan) -> None:
-    """Write ``x.permute(...)`` (``plan``) into the contiguous ``out``, for a call that is ``usable``."""
-    params, blocks = params_of(plan)
+def launch(x: torch.Tensor, out: torch.Tensor, plan, go) -> None:
+    """Write ``x.permute(...)`` (``plan`` on launch ``go``) into the contiguous ``out``, where ``params_of``
+    holds the launch and x is 16-byte aligned."""
+    params, blocks = params_of(plan, go)
     device = x.get_device()
     kernel = kernel_on(device)
     args = _args

@@ -12,7 +12,7 @@
 // Why: the Triton tile kernel stores such rows one byte per lane (its vectors need aligned addresses), so
 // each thread moves a byte per store and a warp's 32 bytes straddle two 32-byte sectors wherever a row
 // starts off a boundary (int8 (11,39,29,21,42,24) (5,4,2,3,1,0): 11.3 M sectors written for 7.7 M of
-// output, session 15). Here a block moves a tile of TA = 64 columns (a) x STEP + HALO = 288 rows (b). A
+// output). Here a block moves a tile of TA = 64 columns (a) x STEP + HALO = 288 rows (b). A
 // thread loads one 16-byte piece of 4 consecutive input rows, turns each 4 x 4 block of bytes around
 // with byte permutations and writes the words into shared memory, where the tile is held transposed,
 // one row of words per output row. Output row a's piece in the block of B tile tb covers b in
@@ -20,7 +20,7 @@
 // multiple of 32, so m_a is the same in every block and the pieces tile the row; the HALO rows before
 // tb * STEP hold the bytes it takes from before it): each aligned 16-byte piece is 5 words of its tile
 // row funnel-shifted into place and stored whole, a warp writing whole sectors. Pieces that run past
-// either end of the row are written byte by byte. Measured forms (session 16 runs 6-10): bytes gathered
+// either end of the row are written byte by byte. Measured forms (H200): bytes gathered
 // a tile row at a time from the untransposed tile (its writes 8.2 M sectors, yet 0.60-0.71 of copy
 // against this form's 0.73-0.74), other tile sizes, several tiles a block with the next one's loads
 // issued early, launch bounds for more blocks an SM: none faster.

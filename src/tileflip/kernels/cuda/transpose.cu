@@ -21,7 +21,7 @@ typedef long long tf_i64;
 
 namespace tileflip {
 
-// naive: 16 x 16 threads, one element each (the lesson's kernel, made safe).
+// naive: 16 x 16 threads, one element each (the textbook kernel, made safe).
 constexpr int NAIVE_TILE = 16;
 
 // tiled: 32 x 32 tiles moved by 32 x 8 threads, 4 elements per thread. 256 threads per block keep
@@ -129,8 +129,7 @@ __device__ __forceinline__ void transpose_tiled(const T* __restrict__ in, T* __r
 // sizeof(T) output rows; the 8 lanes of an output row write 128 contiguous bytes. Shared memory is
 // swizzled (bits 2-4 of the word column XOR the row group) so that this read touches 32 banks.
 // Blocks walk along rows of tiles (tile_of_block), which measured 0.875 / 0.911 of a copy for int8 /
-// bf16 8192 x 8191 against 0.84 / 0.89 down columns of tiles (session 8 run 13,
-// benchmarks/results/experiments/h200-2026-12-01-unaligned-vec-v3.json).
+// bf16 8192 x 8191 against 0.84 / 0.89 down columns of tiles (H200).
 constexpr int VEC_ROWS = 128;
 constexpr int VEC_ROW_BYTES = 128;
 constexpr int VEC_WORDS = VEC_ROW_BYTES / 4;
@@ -141,8 +140,7 @@ __device__ __forceinline__ int vec_swizzle(int r, int w, int group_shift) {
 
 // Bytes [t, t + 16) of the 32 bytes lo ++ hi, t in 0..15, as a barrel shifter: words by 8 bytes where
 // t & 8, then by 4 where t & 4, then a funnel shift by t & 3 bytes (15 instructions where a select of
-// word t / 4 + i per output word takes about 40; int8 8192 x 8191 0.871 -> 0.889 of copy, session 10
-// run 6, benchmarks/results/experiments/h200-2026-12-01-unaligned-vec-barrel.json).
+// word t / 4 + i per output word takes about 40; int8 8192 x 8191 0.871 -> 0.889 of copy, H200).
 __device__ __forceinline__ uint4 funnel16(uint4 lo, uint4 hi, int t) {
     const tf_u32 u[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
     tf_u32 v[6], w[5];

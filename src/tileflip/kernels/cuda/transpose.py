@@ -1,6 +1,6 @@
 """Launcher of the CUDA C++ transposes in ``cuda/transpose.cu`` (compiled by NVRTC on first use).
 
-``launch(x, out, variant)`` is called by ``tileflip.ops.core`` once every argument check is done; it only
+``launch(x, out, variant)`` is called by ``tileflip.ops`` once every argument check is done; it only
 picks the kernel, plans the grid with ``tileflip.plan.transpose_grid`` and launches on PyTorch's
 current stream of ``x``'s device.
 """
@@ -98,7 +98,7 @@ def launch(x: torch.Tensor, out: torch.Tensor, variant: str) -> None:
     ``x``: 2-D CUDA tensor of dtype uint8/16/32/64, any non-negative strides and storage offset, M, N > 0;
     ``out``: contiguous (N, M), same dtype and device, not overlapping ``x``. The vec variant also needs
     what ``tileflip.ops.vec_refusal`` checks. Checked by the caller, who
-    also makes x's device the current one where several GPUs are visible (``tileflip.ops.core``).
+    also makes x's device the current one where several GPUs are visible (``tileflip.ops``).
     """
     M, N = x.shape
     sxm, sxn = x.stride()
@@ -132,7 +132,7 @@ def launch_known(x, out, M: int, N: int, sxm: int, sxn: int, device: int, varian
 def direct_launch(M: int, N: int, sxm: int, sxn: int, es: int, device: int, variant: str):
     """A callable ``go(x, out, xp, op)`` that launches this call signature with its own parameter block
     (sizes, strides and grid written once per thread, the two addresses per call); None until the
-    kernel is loaded on ``device``. ``tileflip.ops.core`` keeps one per call signature."""
+    kernel is loaded on ``device``. ``tileflip.ops`` keeps one per call signature."""
     kernel = _handles.get((kernel_name(variant, 8 * es), device))
     if kernel is None:
         return None

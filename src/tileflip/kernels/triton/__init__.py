@@ -1,1 +1,1 @@
-
+"""The Triton kernels and their one launch path (``launch.py``)."""

@@ -1,54 +1,15 @@
 """The fused fp8 cast-transpose: kernel and launcher.
 
-One program owns one BLOCK_M x BLOCK_N tile of x: it reads the tile once, scales it in fp32, converts
-it once to fp8 bytes, and stores the bytes twice, row-major into ``y`` and transposed into ``y_t``.
-The same tile also yields the program's partial of ``max|x|``, so the amax needs no second pass over
-x: the programs fold their partials into one zeroed int32 with a relaxed atomic max (``amax_slot``),
-or write one int32 each for a reduction kernel (``finalize_amax``; what a CUDA graph capture uses).
-The atomic one is relaxed on purpose: an acquire-release atomic fences, making each program wait
-for its own stores, and an H200 ran that at 84% of copy where the partials ran at 91%.
-
-Tile structure (what makes the transpose cheap): the tile is loaded as four row sets, rows 4i + k for
-k = 0..3, four loads of one shape and layout, so every thread holds the same (i, n) slots of all four.
-Each row set's bytes go straight to ``y`` (coalesced along n). For ``y_t`` the four bytes of rows
-4i..4i+3 in column n are joined into one 32-bit word, which is exactly the 4 bytes y_t[n, 4i:4i+4];
-the tile of words is then transposed (``tl.trans``, a 32-bit shared-memory round trip) and stored as
-int32 words. Transposing bytes instead costs a shared-memory load and a byte permute per value.
-
-Conversion rule (fp32 product ``p`` to fp8 byte): torch's ``p.clamp(-fmax, fmax).to(dtype)``, bit for
-bit. Two implementations, chosen per launch (``launch(..., hw_cvt=...)``; the GPU tests run both):
-
-* GPUs of compute capability 8.9 and later: the hardware's ``cvt.rn.satfinite.{e4m3x2,e5m2x2}.f32``
-  in inline PTX, two values per instruction, producing the bytes directly (uint8, never an fp8 tensor
-  type: no Triton fp8 cast is involved). Why its semantics are the reference's is in
-  ``_fp32_to_fp8_hw``. (Triton's own ``.to(tl.float8e4nv)`` was tried in an earlier version and gave
-  wrong bytes in y_t on an H200; it is not used.) The 4-byte words are built with ``prmt``
-  (``_words_hw``). The integer conversion costs about 25 SASS instructions per value; this one
-  about 1.5 with the word building, so the kernel is left to the memory system.
-* Triton's interpreter (whose own fp8 casts do not round like torch) and older GPUs: integer bit
-  arithmetic, exact in numpy and on any GPU alike:
-
-  - ``a = bits(p) & 0x7fffffff``. Non-negative fp32 values order like their bit patterns, so the
-    clamp is ``min(a, bits(fmax))``; it turns +-inf and every finite value above fmax into fmax
-    *before* rounding, which is why nothing can round past fmax afterwards.
-  - fp8 normals (``a`` at or above the format's smallest normal): rebias the exponent and drop
-    ``23 - MAN`` mantissa bits with round-to-nearest-even, as one integer add on the whole bit
-    pattern (a mantissa carry walks into the exponent, as rounding up a binade must).
-  - fp8 subnormals and below: the result is the integer ``RNE(significand >> shift)``, the value in
-    units of the smallest subnormal; a result of ``2**MAN`` is exactly the smallest normal's encoding.
-    Values at or below half the smallest subnormal become zero (the halfway tie goes to the even 0).
-  - NaN becomes 0x7f (a NaN in both formats); the sign bit is copied for every value, so -0.0 gives
-    0x80.
-
-The amax partial of a program is the bits of max|x| over its tile, as int32, from an integer max of
-the fp32 bit patterns (no float max, which would drop a NaN): non-negative fp32 values order like
-their patterns and every NaN pattern lies above inf's, so a NaN anywhere wins. Masked slots load 0.
-
-Launch style mirrors ``triton_transpose``: sizes and strides are runtime arguments, a 1-D grid from
-``tileflip.plan.transpose_grid``, int32 offsets unless some offset may reach 2**31
-(``needs_offsets_64``), and a cache of compiled kernels that skips Triton's
-binder after the first launch of a class. The outputs are passed as uint8 views (fp8 bytes), so the
-interpreter never runs its own fp8 casts.
+One program owns one BLOCK_M x BLOCK_N tile of x: it reads the tile once (as four row sets, rows
+4i + k), scales it in fp32, converts it once to fp8 bytes and stores them twice, row-major into ``y``
+and, joined four rows at a time into 32-bit words, transposed into ``y_t``. The same tile gives the
+program's partial of ``max|x|`` (an integer max of the fp32 bit patterns, so a NaN wins), folded into
+one zeroed int32 with a relaxed atomic max (``amax_slot``), or written one per program for
+``finalize_amax`` under CUDA graph capture. The conversion is torch's
+``p.clamp(-fmax, fmax).to(dtype)`` bit for bit: the hardware's ``cvt.rn.satfinite`` on compute
+capability 8.9 and later, integer bit arithmetic in the interpreter and on older GPUs
+(``docs/design.md``, fp8 cast-transpose). Outputs are passed as uint8 views, so the interpreter never
+runs its own fp8 casts; offsets are int32 unless one may reach 2**31 (``needs_offsets_64``).
 """
 
 from __future__ import annotations
@@ -59,35 +20,15 @@ import triton
 import triton.language as tl
 
 from tileflip.kernels.dtypes import as_uint
-from tileflip.kernels.triton.launch import current_stream, is_interpreted_kernel, spec_key
-from tileflip.plan import cdiv, transpose_grid
-from tileflip.tuning import TileConfig
+from tileflip.kernels.triton import launch as launcher
+from tileflip.kernels.triton.launch import is_interpreted_kernel, spec_key
+from tileflip.plan.grid import TileConfig, cdiv, transpose_grid
 
 # fp8 formats: exponent bias, mantissa bits, and the fp32 bit pattern of the largest finite value.
 FORMATS = {
     torch.float8_e4m3fn: (7, 3, int(np.float32(448.0).view(np.int32))),
     torch.float8_e5m2: (15, 2, int(np.float32(57344.0).view(np.int32))),
 }
-
-# Tiles by input element size. Not measured yet (chosen without a GPU, from the sm_90 code; candidates
-# for the H200: 64x128w4, 128x64w4, 128x128w4 via `--tiles`). A 128x128 tile keeps every y and y_t row
-# segment at 128 contiguous bytes (a full line) and each x row segment at 256 or 512 bytes. With 8
-# warps a 2-byte input gives each thread 64 values: one 16-byte load per row set, one 16-byte store
-# per row set into y, four 16-byte stores into y_t, and 16 32-bit shared stores and loads for the
-# word transpose; sm_90 SASS of the hardware path is ~9 instructions per value (the integer path ~38),
-# 102 registers: two programs per SM (an H200 ran that faster than 4 programs per SM of a 62-register
-# variant; see the amax comment in the kernel). fp32 gets 16 warps for the same 16-byte accesses.
-# 2-byte inputs walk programs in bands of 4 tile rows (measured on an H200, 2026-11-30: 91.2% / 88.9% of
-# copy on 16384^2 / 8192x28672 against 90.2% / 88.0% row by row; bands of 8 and 16 were no better).
-TILES = {
-    2: TileConfig(128, 128, 8, 4),
-    4: TileConfig(128, 128, 16),
-}
-
-
-def tile_config(element_size: int) -> TileConfig:
-    return TILES[element_size]
-
 
 def _cvt_asm(fmt: str) -> str:
     # Four fp32 values ($1..$4) to four fp8 bytes in $0, element j in byte j (see _fp32_to_fp8_hw).
@@ -289,7 +230,7 @@ def cast_transpose_kernel(
     if WITH_AMAX:
         # After the stores: placed before them, the partial's inputs die earlier and ptxas needs 62
         # registers instead of 115 (4 programs per SM instead of 2), but an H200 ran the kernel slower
-        # (87.1% of copy against 89.2% on 8192x28672 bf16, same run; benchmarks/results/experiments).
+        # (87.1% of copy against 89.2% on 8192x28672 bf16, same run, H200).
         # max|x| without an "and" per value: as signed int32, the largest pattern is the largest
         # non-negative x if there is one, else the negative x of largest magnitude; as uint32 it is the
         # negative x of largest magnitude if there is one, else the largest non-negative x. One of the
@@ -323,11 +264,7 @@ def fp32_value(scale: float) -> float:
         return float(np.float32(scale))
 
 
-# (device, x dtype, fp8 dtype, config, flags, integer keys, pointer alignments) -> compiled kernel.
-_compiled: dict = {}
-
-
-def launch(x, y, y_t, partials, scale, dtype, config: TileConfig | None = None, *, hw_cvt: bool | None = None,
+def launch(x, y, y_t, partials, scale, dtype, config: TileConfig, *, hw_cvt: bool | None = None,
            off64: bool | None = None, amax_atomic: bool = False) -> None:  # fmt: skip
     """Cast the 2-D x (fp32/fp16/bf16, any strides, non-empty) into the contiguous fp8 ``y`` (M x N)
     and, when ``y_t`` is not None, ``y_t`` (N x M); when ``partials`` is not None, write each
@@ -340,7 +277,6 @@ def launch(x, y, y_t, partials, scale, dtype, config: TileConfig | None = None, 
     unless ``needs_offsets_64``, True int64 (for tests and benchmarks; False is refused where int32
     would overflow). The caller has checked every argument; ``dtype`` is a key of ``FORMATS``.
     """
-    config = config or tile_config(x.element_size())
     if config.block_m % 4:
         raise ValueError(f"config.block_m must be a multiple of 4 (rows are handled in fours), got {config.block_m}")
     if config.group_m < 0:
@@ -378,22 +314,17 @@ def launch(x, y, y_t, partials, scale, dtype, config: TileConfig | None = None, 
         return
     device = x.device.index
     ptrs = (x, y_u, yt_arg, amax_t, scale_t)
-    key = (device, x.dtype, dtype, config, flags[3:], spec_key(M), spec_key(N), spec_key(sxm), spec_key(sxn),
-           *(t.data_ptr() % 16 == 0 for t in ptrs))  # fmt: skip
-    kernel = _compiled.get(key)
-    if kernel is None:
-        options = {"num_warps": config.num_warps} | ({"maxnreg": config.maxnreg} if config.maxnreg else {})
-        _compiled[key] = cast_transpose_kernel[(programs,)](*ptrs, scale_v, *args, **options)
-        return
-    kernel.run(programs, 1, 1, current_stream(device), kernel.function, kernel.packed_metadata,
-               None, None, None, *ptrs, scale_v, *args)  # fmt: skip
+    key = ("cast", device, x.dtype, dtype, config, flags[3:], spec_key(M), spec_key(N), spec_key(sxm),
+           spec_key(sxn), *(t.data_ptr() % 16 == 0 for t in ptrs))  # fmt: skip
+    options = {"num_warps": config.num_warps} | ({"maxnreg": config.maxnreg} if config.maxnreg else {})
+    launcher.launch(cast_transpose_kernel, key, (programs, 1), device, ptrs, lambda: ptrs, (scale_v, *args), options)
 
 
 def needs_offsets_64(M: int, N: int, stride_xm: int, stride_xn: int, config: TileConfig) -> bool:
     """Whether an element offset the kernel forms may reach 2**31: into x, y or y_t, over the whole
     padded grid (a masked tail lane computes its offset too; int32 would wrap there). For bf16 input
     int64 offsets take 117 registers per thread on sm_90 against int32's 102, two programs per SM
-    either way; an H200 ran both alike (91.2% / 93.5% of copy against 91.1% / 93.4%, session 5)."""
+    either way; an H200 ran both alike (91.2% / 93.5% of copy against 91.1% / 93.4%, H200)."""
     pad_m = cdiv(M, config.block_m) * config.block_m - 1
     pad_n = cdiv(N, config.block_n) * config.block_n - 1
     top = max(pad_m * stride_xm + pad_n * stride_xn, pad_m * N + pad_n, pad_n * M + pad_m)
@@ -452,8 +383,7 @@ def _scratch(device) -> torch.Tensor:
     return t
 
 
-def num_programs(M: int, N: int, element_size: int, config: TileConfig | None = None) -> int:
-    config = config or tile_config(element_size)
+def num_programs(M: int, N: int, config: TileConfig) -> int:
     return transpose_grid(M, N, config.block_m, config.block_n, config.group_m).programs
 
 
@@ -485,8 +415,8 @@ def finalize_amax(partials: torch.Tensor) -> torch.Tensor:
 
 
 def launches_compiled() -> int:
-    """How many kernel classes the fast path holds (for tests)."""
-    return len(_compiled)
+    """How many classes of the cast kernel the launch path holds (for tests)."""
+    return len(launcher.compiled_classes("cast"))
 
 
 _TRITON_DTYPE = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
@@ -495,8 +425,8 @@ _TRITON_DTYPE = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "
 def compile_for_target(
     x_dtype,
     dtype=torch.float8_e4m3fn,
-    config: TileConfig | None = None,
     *,
+    config: TileConfig,
     arch: int = 90,
     scale_from_ptr: bool = True,
     transpose: bool = True,
@@ -518,7 +448,6 @@ def compile_for_target(
         # TRITON_INTERPRET=1 also turns triton's own jit helpers (tl.max's combine function) into
         # interpreter wrappers, which the compiler cannot lower.
         raise RuntimeError("compile_for_target needs a process where TRITON_INTERPRET is not set")
-    config = config or tile_config(torch.empty((), dtype=x_dtype).element_size())
     fn = cast_transpose_kernel
     pointers = {"x_ptr": "*" + _TRITON_DTYPE[x_dtype], "y_ptr": "*u8", "yt_ptr": "*i32" if t_words else "*u8",
                 "amax_ptr": "*i32", "scale_ptr": "*fp32"}  # fmt: skip

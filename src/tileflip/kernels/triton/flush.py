@@ -1,20 +1,10 @@
 """An L2 flush that leaves the L2 clean and empty, including of lines held at ``evict_last`` priority.
 
-A plain flush (writing a buffer several times the L2's size, as ``zero_`` does) leaves the L2 full of
-its own dirty lines, which the timed kernel then writes back, and it displaces lines of normal priority
-before lines that a kernel loaded with ``evict_last`` (Triton's ``eviction_policy="evict_last"``, which
-torch.compile's generated loads use). The flush here runs two kernels over a buffer ``FLUSH_BYTES`` long:
-
-1. ``load_evict_last_kernel`` reads every byte of the buffer at ``evict_last`` priority. Its lines rank
-   with any earlier ``evict_last`` line, so reading five times the L2's size displaces all of them, and
-   every line of lower priority first (dirty lines are written back here, not in the timed kernel).
-2. ``discard_kernel`` runs ``discard.global.L2`` over every 128-byte line of the buffer: the lines just
-   loaded are invalidated without a write-back (they are clean, and the buffer's contents do not
-   matter). The timed kernel then starts on an L2 holding nothing, rather than one full of the
-   flush's own lines at top priority.
-
-What it changes is measured in ``benchmarks/flush_check.py`` (figures in ``tileflip.bench.timing``).
-GPU only (inline PTX): the interpreter cannot run it.
+``load_evict_last_kernel`` reads a buffer five times the L2's size at ``evict_last`` priority, which
+displaces every earlier line (dirty ones are written back here, not in the timed kernel); then
+``discard_kernel`` invalidates the buffer's own lines with ``discard.global.L2``, without a write-back.
+A plain ``zero_`` flush leaves the L2 full of its own dirty lines and keeps lines loaded at
+``evict_last``. Figures: ``docs/design.md`` (Benchmark). GPU only (inline PTX).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 ``triton.compile`` runs the whole pipeline (TTIR, TTGIR, LLVM IR, PTX, cubin through the bundled
 ptxas) for a ``GPUTarget("cuda", 90, 32)`` on any machine. The TTGIR names a blocked layout
 (sizePerThread, threadsPerWarp, warpsPerCTA, order) for every tensor; the ones on ``tt.load`` and
-``tt.store`` are how lanes map to addresses, which is what ``tileflip.analyze.model`` models.
+``tt.store`` are how lanes map to addresses, which is what ``tileflip.analyze`` models.
 
 The kernel compiled is the project's ``tileflip.kernels.triton_transpose.transpose_2d_kernel`` when
 it imports, else the local copy below with the same signature.
@@ -189,7 +189,7 @@ def resource_usage(compiled) -> dict:
 
 def transpose_layout(block_m: int, block_n: int, num_warps: int, itemsize: int = 4, *, divisible: bool = True,
                      kernel=None) -> dict:
-    """Layouts, registers and shared bytes of the sm_90 transpose, in the form of ``TRITON_SM90_LAYOUTS``."""
+    """Layouts, registers and shared bytes of the sm_90 transpose, in the form of ``tileflip.analyze.triton_layout.TRITON_SM90_LAYOUTS``."""
     compiled = compile_transpose(block_m, block_n, num_warps, itemsize, divisible=divisible, kernel=kernel)
     record = {"itemsize": itemsize, "block": (block_m, block_n), "num_warps": num_warps, "divisible": divisible}
     record.update(resource_usage(compiled))

@@ -1,27 +1,11 @@
-"""Segment packing for the distributed operations: a Triton kernel, its launcher and a torch reference.
+"""Segment packing for the distributed operations: Triton kernels, their launchers and torch references.
 
-An all-to-all moves one contiguous block per peer. On one side of it the data sits "interleaved": each
-row of a matrix is cut into column segments, segment k belonging to peer k. On the other side the
-segments sit "blocked": segment k of every row, back to back, as one contiguous (rows, width_k) block,
-the blocks in peer order. ``launch`` converts between the two in a single pass over all segments,
-either way:
-
-* the interleaved side's rows are addressed on two levels, ``(r // inner_rows) * stride_outer +
-  (r % inner_rows) * stride_inner``, and its columns are unit-stride; segment k covers columns
-  ``[starts[k], starts[k] + widths[k])`` of every row, anywhere in the row, so a chunk of a larger
-  result is described as easily as the whole;
-* the blocked side is the concatenation of the (rows, widths[k]) blocks.
-
-Segments may be uneven (ranks with more or fewer rows), which a permute cannot express; the per-segment
-starts and widths travel as tuple arguments, selected in the kernel by the program's segment, so no
-offsets tensor has to be copied to the device. They are given in units of ``VEC`` elements and scaled
-inside the kernel: the compiler then knows every row start is a multiple of ``VEC`` and vectorizes the
-accesses (``VEC * element_size`` is at most 16 bytes and divides every width, start, stride and
-address).
-
-``copy_rows`` is the other move the distributed operations need: the block a rank keeps for itself
-never crosses the collective, and goes straight from the input to its place in the result, both sides
-strided (rows addressed on two levels, as above, on each side).
+``launch`` converts between "interleaved" rows (each row cut into column segments, segment k for peer
+k; rows addressed on two levels, ``(r // inner_rows) * stride_outer + (r % inner_rows) * stride_inner``)
+and "blocked" ones (segment k of every row back to back, the blocks in peer order), in one pass either
+way. Segments may be uneven; their starts and widths travel as tuple arguments in units of ``VEC``
+elements, so every access vectorizes. ``launch_rows`` copies a rank's own block, strided on both sides,
+straight to its place in the result. Design: ``docs/design.md`` (Distributed).
 """
 
 from __future__ import annotations

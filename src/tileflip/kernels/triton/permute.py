@@ -1,40 +1,28 @@
-"""Triton kernels for N-D permutes (``tileflip.plan.plan_permute``), with their launcher.
+"""Triton kernels for N-D permutes, launched from a plan (``tileflip.plan.plan_permute``) and its launch
+description (``tileflip.plan.launch.PermuteLaunch``).
 
-Three kernels. The tile kernel serves the plan kinds copy, rows and tiles: a BLOCK_A x BLOCK_B tile whose
-axis A folds up to four of the input's fastest dimensions and axis B up to four of the output's fastest
-into one linear index each, over a batch of up to six more (``tileflip.tuning.tile_launch`` picks them).
-Row and column offsets are decoded once per row and column vector and broadcast into the 2-D pointer
-tile; the batch once per program. Decoding divides int32 indices by runtime sizes with the host's magic
-numbers (``plan.magic_divisor``: a multiply-high and a shift, ``tuning.PERMUTE_MAGIC``) where Triton's
-``//`` and ``%`` took most of the instructions of the slow cases. Each side (input, output)
-decodes an axis over its own merged dimensions (``merge_side``), so a run that is contiguous on that
-side is one multiply by a unit stride, visibly contiguous to Triton's analysis. The flat rows kernel
-serves rows plans whose kept runs are long and whole 16-byte vectors (``tuning.rows_flat_launch``): the
-output as one run of vectors, each vector's input offset decoded from its row. The general kernel gathers
-each output element from its input offset (1-D gathers). Dimension tuples are ordered innermost first,
-sizes and strides are runtime arguments (only ranks, blocks and vector widths are constexpr), and
-memory offsets are int32 where the planner bounds every offset below 2**31 (``PermuteLaunch.offsets64``;
-64-bit offsets held most of the registers of the 1- and 2-byte scalar tiles), else int64.
-
-The planner's vector widths (``PermuteLaunch.vec``: powers of two that divide the contiguous run along
-the axis, so the axis's size, and every other stride involved; ``tuning.run_vector_widths``) are
-asserted with ``tl.multiple_of`` and ``tl.max_contiguous``, so loads and stores use up to 16-byte
-vectors even when sizes are not multiples of 16 (Triton's own argument specialization only knows
-divisibility by 16). Full tiles take an unmasked path; the last tile of each axis is masked, with masks
-that compare whole vectors so that the tails keep their vectors (a 60-byte output row of int8 is
-otherwise written one byte per instruction, in every tile).
+The tile kernel serves the plan kinds copy, rows and tiles: a BLOCK_B x BLOCK_A tile whose axis A folds
+up to four of the input's fastest dimensions and axis B up to four of the output's fastest, over a batch
+of up to six more. Offsets are decoded once per row and column vector (with host-computed magic numbers
+where indices are int32), each side over its own merged dimensions so that a contiguous run is visibly
+contiguous to Triton. The flat rows kernel walks the output as one run of 16-byte vectors; the general
+kernel gathers each output element. Vector widths are asserted with ``tl.multiple_of`` and
+``tl.max_contiguous``; full tiles take an unmasked path, tails mask whole vectors (``docs/design.md``).
 """
 
 from __future__ import annotations
 
+import inspect
 from functools import lru_cache
 
 import triton
 import triton.language as tl
 
-from tileflip import tuning
 from tileflip.kernels.dtypes import as_uint
-from tileflip.plan import magic_divisor, merge_dims
+from tileflip.kernels.triton import launch as launcher
+from tileflip.plan.grid import magic_divisor
+from tileflip.plan.launch import product
+from tileflip.plan.permute import merge_dims
 
 
 @triton.jit
@@ -147,7 +135,7 @@ def permute_rows_flat_kernel(
     """Rows plan (inner dimension kept, every row whole VEC-element vectors): BLOCK consecutive vectors of
     the contiguous output, each loaded from its row's input offset (the row decoded over the other NDIM
     dimensions, innermost first) plus its place in the row. Offsets are int32 where the planner bounds
-    them below 2**31 (``tuning.rows_flat_launch``)."""
+    them below 2**31 (``tileflip.plan.launch.rows_flat_launch``)."""
     DT: tl.constexpr = tl.int64 if OFF64 else tl.int32
     v = tl.program_id(0).to(DT) * BLOCK + tl.arange(0, BLOCK).to(DT)
     mask = v < vectors
@@ -187,13 +175,13 @@ def tile_args(plan, go) -> tuple[tuple, dict]:
     n = _axis(go.batch_dims, sizes, in_strides, out_strides)
     a_in, a_out = merge_side(a[0], a[1]), merge_side(a[0], a[2])
     b_in, b_out = merge_side(b[0], b[1]), merge_side(b[0], b[2])
-    size_a = tuning._product(a[0])
-    size_b = tuning._product(b[0])
+    size_a = product(a[0])
+    size_b = product(b[0])
     grid_fast = go.grid[0] if go.b_fast else go.grid[1]
     groups = (a_in, a_out, b_in, b_out, (n[0], n[1]))
     # Magic division where every index is int32 (the batch's too) and every size divided by is at least 2
     # (merge_side and merge_dims leave no size-1 dimension but the padding of an empty axis, never divided).
-    magic = tuning.PERMUTE_MAGIC and not go.wide and go.batch < 2**31
+    magic = go.magic and not go.wide and go.batch < 2**31
     magic = magic and all(size >= 2 for sizes, _ in groups for size in sizes[:-1])
     decodes = [(*g, *_magics(g[0], magic)) for g in groups]
     n_group = (*decodes[4][:2], n[2], *decodes[4][2:])  # the batch: sizes, input, output strides, magics, shifts
@@ -246,79 +234,66 @@ def _magics(sizes, magic: bool) -> tuple[tuple, tuple]:
     return tuple(16 * (m & 0xFFFFFFFF) + 3 for m, _ in pairs), tuple(16 * s + 3 for _, s in pairs)
 
 
-@lru_cache(maxsize=256)
-def launch_of(plan, element_size: int) -> tuple:
-    """(launch, tile-kernel arguments, keyword arguments: constexprs and compile options) of a plan:
-    worked out once per plan (a call's host path then holds no planning; ``clear_cache`` after changing
-    the tuning)."""
-    go = tuning.permute_launch(plan, element_size)
+def kernel_args(plan, go) -> tuple:
+    """(kernel name, positional arguments after the two pointers, constexprs) of ``plan`` on launch ``go``."""
     if plan.kind == "general":
-        return go, (), {}
+        args = (product(plan.sizes), tuple(reversed(plan.sizes)), tuple(reversed(plan.in_strides)))
+        return "permute_general_kernel", args, dict(NDIM=len(plan.sizes), BLOCK=go.blocks[0])
     if go.flat:
         vec = go.vec[0]
         others = plan.sizes[:-1][::-1], plan.in_strides[:-1][::-1]
-        args = (tuning._product(plan.sizes) // vec, plan.sizes[-1] // vec, *others)
-        return go, args, dict(NDIM=len(others[0]), VEC=vec, BLOCK=go.blocks[0], OFF64=go.offsets64,
-                              EVICT_LAST=go.evict_last, num_warps=go.num_warps)  # fmt: skip
-    args, constexprs = tile_args(plan, go)
-    return go, args, constexprs | go.options
+        args = (product(plan.sizes) // vec, plan.sizes[-1] // vec, *others)
+        constexprs = dict(NDIM=len(others[0]), VEC=vec, BLOCK=go.blocks[0], OFF64=go.offsets64,
+                          EVICT_LAST=go.evict_last)  # fmt: skip
+        return "permute_rows_flat_kernel", args, constexprs
+    return "permute_tile_kernel", *tile_args(plan, go)
+
+
+def _arg_names(kernel) -> list:
+    return list(inspect.signature(kernel.fn).parameters)
+
+
+@lru_cache(maxsize=256)
+def launch_of(plan, go, element_size: int) -> tuple:
+    """(kernel, grid, scalars: every argument after the two pointers, constexprs included, in the kernel's
+    order, compile options, the static part of the class key) of ``plan`` on launch ``go``: worked out
+    once per plan and launch, so that a call's host path holds no planning."""
+    name, args, constexprs = kernel_args(plan, go)
+    kernel = globals()[name]
+    scalars = (*args, *(constexprs[n] for n in _arg_names(kernel)[2 + len(args):]))
+    options = go.options
+    key = (name, element_size, launcher.spec_of(args), tuple(constexprs.items()), tuple(options.items()))
+    return kernel, (go.programs, 1), scalars, options, key
 
 
 def clear_cache() -> None:
     launch_of.cache_clear()
 
 
-def launch(x, out, plan) -> None:
-    """Run ``plan`` (kind rows, copy, tiles or general) from ``x`` into the contiguous ``out``."""
-    xi, oi = as_uint(x), as_uint(out)
-    go, args, kwargs = launch_of(plan, x.element_size())
-    if plan.kind == "general":
-        permute_general_kernel[(go.programs,)](
-            xi, oi, out.numel(), tuple(reversed(plan.sizes)), tuple(reversed(plan.in_strides)),
-            NDIM=len(plan.sizes), BLOCK=go.blocks[0], num_warps=go.num_warps,
-        )  # fmt: skip
+def launch(x, out, plan, go) -> None:
+    """Run ``plan`` (kind rows, copy, tiles or general) on launch ``go`` from ``x`` into the contiguous
+    ``out``; the caller has checked every argument."""
+    kernel, grid, scalars, options, key = launch_of(plan, go, x.element_size())
+    if _INTERPRETED:
+        kernel[grid](as_uint(x), as_uint(out), *scalars, **options)
         return
-    if go.flat:
-        permute_rows_flat_kernel[(go.programs,)](xi, oi, *args, **kwargs)
-        return
-    permute_tile_kernel[(go.programs,)](xi, oi, *args, **kwargs)
+    xp, op = x.data_ptr(), out.data_ptr()
+    device = x.get_device()
+    launcher.launch(kernel, (*key, device, xp & 15 == 0, op & 15 == 0), grid, device, (xp, op),
+                    lambda: (as_uint(x), as_uint(out)), scalars, options)  # fmt: skip
 
 
-def compiled_tile_kernel(plan, element_size: int):
-    """The kernel of ``plan``'s launch (the tile kernel, or the flat rows kernel where the launch is flat)
-    compiled for sm_90 as its launch would specialize it (no GPU needed; under TRITON_INTERPRET=1 a
-    second copy of this module is loaded with the interpreter off)."""
+_INTERPRETED = launcher.is_interpreted_kernel(permute_tile_kernel)
+
+
+def compiled_tile_kernel(plan, go, element_size: int):
+    """The kernel of ``plan`` on launch ``go`` (the tile kernel, or the flat rows kernel where the launch
+    is flat) compiled for sm_90 as its launch would specialize it (no GPU needed)."""
     from tileflip.kernels.triton.layout import compile_launch
 
-    go = tuning.permute_launch(plan, element_size)
-    if go.flat:
-        _, args, kwargs = launch_of(plan, element_size)
-        kernel = _compilable_module().permute_rows_flat_kernel
-        constexprs = {k: v for k, v in kwargs.items() if k != "num_warps"}
-    else:
-        args, constexprs = tile_args(plan, go)
-        kernel = _compilable_module().permute_tile_kernel
+    name, args, constexprs = kernel_args(plan, go)
+    kernel = getattr(launcher.interpreted_module(__name__, __file__), name)
     names = [p.name for p in kernel.params if not p.is_constexpr]
     values = dict(zip(names, (None, None, *args)))
     pointer = {1: "*u8", 2: "*u16", 4: "*u32", 8: "*u64"}[element_size]
     return compile_launch(kernel, values, constexprs, go.num_warps, pointer, maxnreg=go.maxnreg)
-
-
-def _compilable_module():
-    """This module with its kernels as JITFunctions (the interpreter's wrappers cannot be compiled)."""
-    import importlib.util
-    import sys
-
-    from triton import knobs
-
-    if not knobs.runtime.interpret:
-        return sys.modules[__name__]
-    name = __name__ + "_compiled"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, __file__)
-        module = importlib.util.module_from_spec(spec)
-        with knobs.runtime.scope():
-            knobs.runtime.interpret = False
-            spec.loader.exec_module(module)
-        sys.modules[name] = module
-    return sys.modules[name]

@@ -1,24 +1,11 @@
-"""The Triton 2-D transpose: kernel and launcher.
+"""The Triton 2-D transpose: the tile kernel, the gather kernel, and their launchers.
 
-The kernel is the seed lesson's tile transpose made production-ready:
-
-* shapes and strides are runtime arguments, not ``constexpr``, so a new shape does not compile a new
-  kernel. Triton still specializes integer arguments (see ``tileflip.plan.specialization_class``):
-  an argument equal to 1 becomes a constant, each argument is typed i32 or i64 by range, and one
-  divisible by 16 carries that hint. We keep that bounded set on purpose: ``stride_xn == 1`` is what
-  lets the compiler vectorize the row loads, and divisibility by 16 of ``N``, ``M`` and the strides
-  is what lets masked accesses stay vectorized. A class of shapes is therefore the tuple of those
-  keys over (M, N, stride_xm, stride_xn, stride_om), plus one bit of our own (``INDEX_64`` below),
-  and 20 new shapes of one class reuse one compiled kernel. ``grid_n`` (tiles per row, used only to
-  decode the program id) is not specialized.
-* offsets are int32 while every element offset of the input and the output fits (``needs_index_64``)
-  and int64 otherwise (the program's tile origin is cast before multiplying), so tensors past 2**31
-  elements index correctly and the common case does not pay for 64-bit address arithmetic;
-* interior tiles (all but the last row and column of tiles) load and store without masks;
-* the grid is 1-D (``tileflip.plan.transpose_grid``): gridDim.y and gridDim.z stay 1 for any shape,
-  except in the order ``group_m == -1`` (column order read from a 2-D grid's program ids, where its
-  gridDim.y fits: the form torch.compile launches, which the tuning table picked for the tiny and the
-  unaligned classes).
+Shapes and strides are runtime arguments, so a new shape compiles nothing new: Triton specializes only
+on which integers equal 1 or divide by 16 (``tileflip.plan.specialization_class``), plus the kernel's
+own ``INDEX_64`` bit, and 20 new shapes of a class reuse one compiled kernel. Offsets are int32 unless
+one may pass 2**31 (``needs_index_64``); interior tiles may take an unmasked branch; the grid is 1-D,
+but for ``group_m == -1`` (column order on a 2-D grid, torch.compile's form, where gridDim.y fits).
+Launches go through ``tileflip.kernels.triton.launch``. Design: ``docs/design.md`` (Kernels).
 """
 
 from __future__ import annotations
@@ -27,7 +14,8 @@ import triton
 import triton.language as tl
 
 from tileflip.kernels.dtypes import as_uint
-from tileflip.kernels.triton.launch import current_stream, is_interpreted_kernel
+from tileflip.kernels.triton import launch as launcher
+from tileflip.kernels.triton.launch import is_interpreted_kernel
 from tileflip.plan import MAX_GRID_YZ, loop_rounds, magic_divisor
 
 
@@ -148,26 +136,6 @@ def is_interpreted() -> bool:
 _INTERPRETED = is_interpreted_kernel(transpose_2d_kernel)
 
 
-# (device, element size, config, keys of M, N, stride_xm, stride_xn, stride_om, pointer alignments)
-# -> (C launcher, CUfunction, packed metadata) of triton's compiled kernel. Once a class is compiled,
-# its launches skip triton's binder and cache lookup (about 10 us of Python a call) and call the
-# compiled kernel's C launcher directly, with the pointers as integers (a tensor argument would cost
-# a data_ptr() call and a cuPointerGetAttribute each).
-_compiled: dict = {}
-
-
-def _fast_launcher(kernel):
-    """The compiled kernel's C launcher and its fixed arguments, or None where it needs more than the
-    plain call (scratch memory, launch hooks), which then goes through ``kernel.run``."""
-    run = kernel.run
-    if getattr(run, "global_scratch_size", 1) or getattr(run, "profile_scratch_size", 1):
-        return None
-    hooks = (triton.knobs.runtime.launch_enter_hook, triton.knobs.runtime.launch_exit_hook)
-    if any(getattr(h, "calls", h) for h in hooks):  # hooks set when the class was compiled keep triton's path
-        return None
-    return run.launch, kernel.function, run.launch_cooperative_grid, run.launch_pdl, kernel.packed_metadata, kernel
-
-
 def launch(x, out, config) -> None:
     """Transpose the 2-D integer view ``x`` (any strides) into ``out`` (N x M, unit column stride).
 
@@ -221,61 +189,28 @@ def _class_of(M: int, N: int, sxm: int, sxn: int, som: int, es: int, device: int
     grid = (grid_m, grid_n) if order == -1 else (grid_m * grid_n, 1)
     # Every argument after the pointers, the constexprs too (the C launcher takes them all); LOOP is 0.
     scalars = (M, N, sxm, sxn, som, grid_m, grid_n, block_m, block_n, order, wide, config[4], config[6], config[7], 0)
-    return (config, es, wide, device, *_spec(M, N, sxm, sxn, som, xp, op)), grid, scalars
+    return ("transpose", config, es, wide, device, *_spec(M, N, sxm, sxn, som, xp, op)), grid, scalars
 
 
 def launch_known(x, out, xp: int, op: int, M: int, N: int, sxm: int, sxn: int, som: int, es: int, device: int,
                  config) -> None:  # fmt: skip
     """``launch`` with the addresses, sizes, strides and device the caller has already read (the launch
-    path of ``tileflip.ops.core``: every Python call and attribute read there is host time)."""
+    path of ``tileflip.ops``: every Python call and attribute read there is host time)."""
     key, grid, scalars = _class_of(M, N, sxm, sxn, som, es, device, config, xp, op)
     if _INTERPRETED:
         transpose_2d_kernel[grid](as_uint(x), as_uint(out), *scalars, num_warps=config.num_warps)
         return
-    _launch(transpose_2d_kernel, key, grid, x, out, xp, op, scalars, config.num_warps, config.maxnreg)
+    options = {"num_warps": config.num_warps} | ({"maxnreg": config.maxnreg} if config.maxnreg else {})
+    launcher.launch(transpose_2d_kernel, key, grid, device, (xp, op), lambda: (as_uint(x), as_uint(out)), scalars,
+                    options)  # fmt: skip
 
 
 def direct_launch(M: int, N: int, sxm: int, sxn: int, som: int, es: int, device: int, config, xp: int, op: int):
     """A callable ``go(x, out, xp, op)`` that launches this call's compiled class through its C launcher,
-    every argument but the two addresses fixed (the tensors are not read); None until the class is
-    compiled, or where it takes triton's own path. ``tileflip.ops.core`` keeps one per call signature
-    (addresses of the same 16-byte alignment as ``xp`` and ``op``)."""
-    return _direct(*_class_of(M, N, sxm, sxn, som, es, device, config, xp, op), device)
-
-
-def _direct(key, grid: tuple, scalars: tuple, device: int):
-    """The prepared launch of a compiled class (``direct_launch``), or None until it is compiled."""
-    fast = _compiled.get(key)
-    if type(fast) is not tuple:
-        return None
-    c_launch, function, cooperative, pdl, metadata, _ = fast
-    gx, gy = grid
-
-    def go(x, out, xp: int, op: int) -> None:
-        c_launch(gx, gy, 1, current_stream(device), function, cooperative, pdl, None, None, metadata, None,
-                 None, None, xp, op, *scalars)  # fmt: skip
-
-    return go
-
-
-def _launch(kernel_fn, key, grid: tuple, x, out, xp: int, op: int, scalars: tuple, num_warps: int,
-            maxnreg: int = 0) -> None:  # fmt: skip
-    """Launch a compiled class on ``grid`` (x, y) through its C launcher, compiling it on first use (on
-    the integer views). ``key[3]`` is the device; ``maxnreg`` caps registers per thread (0: no cap)."""
-    fast = _compiled.get(key)
-    gx, gy = grid
-    if type(fast) is tuple:
-        c_launch, function, cooperative, pdl, metadata, _ = fast
-        c_launch(gx, gy, 1, current_stream(key[3]), function, cooperative, pdl, None, None, metadata,
-                 None, None, None, xp, op, *scalars)  # fmt: skip
-    elif fast is None:
-        # Compiled on the unsigned-integer views: one kernel per element size serves every dtype.
-        options = {"maxnreg": maxnreg} if maxnreg else {}
-        kernel = kernel_fn[grid](as_uint(x), as_uint(out), *scalars, num_warps=num_warps, **options)
-        _compiled[key] = _fast_launcher(kernel) or kernel
-    else:
-        fast.run(gx, gy, 1, current_stream(key[3]), fast.function, fast.packed_metadata, None, None, None,
-                 xp, op, *scalars)  # fmt: skip
+    every argument but the two addresses fixed; None until the class is compiled, or where it takes
+    Triton's own launcher. ``tileflip.ops`` keeps one per call signature."""
+    key, grid, scalars = _class_of(M, N, sxm, sxn, som, es, device, config, xp, op)
+    return launcher.prepared(key, grid, device, scalars)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -345,7 +280,7 @@ def transpose_gather_kernel(
     else:
         j = o // M  # output row = input column
     i = o - j * (SHORT_M if SHORT_M else M)  # output column = input row
-    # evict_last as torch.compile's transposes load: measured 0.5 us shorter on 2 x 100000 (session 7).
+    # evict_last as torch.compile's transposes load: measured 0.5 us shorter on 2 x 100000 (H200).
     if OUT_DENSE and full:
         v = tl.load(x_ptr + i * stride_xm + j * stride_xn, eviction_policy="evict_last")
         tl.store(out_ptr + o, v)  # visibly contiguous and unmasked: vector stores
@@ -384,30 +319,33 @@ def launch_gather_known(x, out, M: int, N: int, sxm: int, sxn: int, som: int) ->
         transpose_gather_kernel[grid](as_uint(x), as_uint(out), *scalars, num_warps=GATHER_WARPS)
         return
     xp, op = x.data_ptr(), out.data_ptr()
-    key, grid, scalars = _gather_class(M, N, sxm, sxn, som, x.element_size(), x.get_device(), xp, op)
-    _launch(transpose_gather_kernel, key, grid, x, out, xp, op, scalars, GATHER_WARPS)
+    device = x.get_device()
+    key, grid, scalars = _gather_class(M, N, sxm, sxn, som, x.element_size(), device, xp, op)
+    launcher.launch(transpose_gather_kernel, key, grid, device, (xp, op), lambda: (as_uint(x), as_uint(out)), scalars,
+                    {"num_warps": GATHER_WARPS})  # fmt: skip
 
 
 def direct_launch_gather(M: int, N: int, sxm: int, sxn: int, som: int, es: int, device: int, xp: int, op: int):
     """``direct_launch`` for the gather kernel: a ``go(x, out, xp, op)`` with every argument but the two
     addresses fixed, or None until the class is compiled (or where it takes triton's own path)."""
-    return _direct(*_gather_class(M, N, sxm, sxn, som, es, device, xp, op), device)
+    key, grid, scalars = _gather_class(M, N, sxm, sxn, som, es, device, xp, op)
+    return launcher.prepared(key, grid, device, scalars)
 
 
 def launches_compiled() -> int:
-    """How many kernel classes the fast path holds (for tests)."""
-    return len(_compiled)
+    """How many classes of the 2-D kernels the launch path holds (for tests)."""
+    return len(launcher.compiled_classes("transpose")) + len(launcher.compiled_classes("gather"))
 
 
 def compiled_kernels() -> dict:
-    """Every compiled class of the tile kernel: launch key (TileConfig, element size, ...) -> triton's
-    compiled kernel (TTGIR, cubin)."""
-    return {key: v[-1] if type(v) is tuple else v for key, v in _compiled.items() if key[0] != "gather"}
+    """Every compiled class of the tile kernel: launch key ("transpose", TileConfig, element size, ...) ->
+    Triton's compiled kernel (TTGIR, cubin)."""
+    return launcher.compiled_classes("transpose")
 
 
 def launches_direct() -> int:
     """How many of them launch through the C launcher directly (for tests)."""
-    return sum(type(v) is tuple for v in _compiled.values())
+    return launcher.direct_count("transpose") + launcher.direct_count("gather")
 
 
 _UINT_SIG = {1: "*u8", 2: "*u16", 4: "*u32", 8: "*u64"}

@@ -1,0 +1,399 @@
+"""What went wrong: the pitfall that explains a failing case's output, and the hints over all cases.
+
+``judge`` turns one case's raw result into an ``Outcome`` (pass or fail, counts, first mismatches and
+the hypotheses that fit); ``aggregate_hints`` names the pitfalls that explain a target's failures.
+Hypotheses are inferred from the observed output only, never from the target's name or source.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from tileflip.check.cases import ENCODINGS, INT32_LIMIT, Case
+from tileflip.check.evidence import Seen, counts_text, mismatch_details
+from tileflip.plan import cdiv
+
+
+@dataclass
+class Hypothesis:
+    """One pitfall that may explain a case: its key, its free parameter, the share of the evidence it explains."""
+
+    key: str
+    param: object
+    score: float
+    text: str
+
+
+@dataclass
+class Outcome:
+    """One case as the parent judged it."""
+
+    case: Case
+    kind: str  # ok | mismatch | exception | died | timeout | bad-result | skipped | not-run
+    message: str = ""
+    counts: dict = field(default_factory=dict)
+    mismatches: list = field(default_factory=list)
+    hypotheses: list = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return self.kind in ("ok", "skipped")
+
+
+# When two pitfalls explain the same cases, the one with fewer free parameters is named first.
+PRIORITY = (
+    "int32-overflow",
+    "nothing-written",
+    "leading-dimension",
+    "input-strides",
+    "swapped-bounds",
+    "square-only-tiling",
+    "reused-input-mask",
+    "missing-mask",
+    "input-written",
+    "crash",
+    "timeout",
+    "exception",
+    "bad-result",
+    "unknown",
+)
+CONSISTENT = 0.9  # the least share of the evidence a pitfall must explain to be named
+TIE = 0.001  # pitfalls scoring within this of a case's best count as explaining it too
+
+
+def _tile_candidates(block: tuple[int, int] | None, axis: int) -> list[int]:
+    if block:
+        return [block[axis]]
+    return [2**k for k in range(1, 11)]
+
+
+def _leading_dimension(seen: Seen) -> list[Hypothesis]:
+    """Values of x placed at j*L + i for one L != M: the output row stride (leading dimension) is wrong."""
+    M, N = seen.case.M, seen.case.N
+    src, _ = seen.decoded()
+    positions, values = seen.guard_writes()
+    wsrc, _ = seen.enc.decode(values, M * N)
+    p = np.concatenate([np.arange(M * N), positions])
+    s = np.concatenate([src, wsrc])
+    i, j = s // N, s % N
+    moved = (s >= 0) & (p != j * M + i) & (j > 0)
+    if not moved.any():
+        return []
+    num, den = p[moved] - i[moved], j[moved]
+    # The row stride each misplaced value implies; 0 where none does (0 is never a stride).
+    implied = np.where(num % den == 0, num // den, 0)
+    strides, counts = np.unique(implied[implied != 0], return_counts=True)
+    if not strides.size:
+        return []
+    L = int(strides[counts.argmax()])
+    score = counts.max() / moved.sum()
+    k = np.flatnonzero(moved)[np.flatnonzero(implied == L)[0]]
+    ei, ej, ep = int(i[k]), int(j[k]), int(p[k])
+    name = " (= N, the input's row length)" if L == N else (" (= x.stride(0))" if L == seen.strides[0] else "")
+    text = (
+        f"leading dimension: in {seen.case.label}, x[{ei}, {ej}] was written at out flat {ep} = {ej}*{L} + {ei}, "
+        f"not {ej}*{M} + {ei}: the output's row stride is {L}{name} instead of M = {M}; the output index must be "
+        f"col*M+row, not col*N+row"
+    )
+    return [Hypothesis("leading-dimension", "N" if L == N else "other", float(score), text)]
+
+
+def _leading_dimension_predicted(seen: Seen) -> list[Hypothesis]:
+    """The same pitfall for codes that repeat (1- and 2-byte types): place every x[i, j] at j*N + i and compare
+    the positions exactly one element would land on, and that are not its right place, with what is there."""
+    M, N, G = seen.case.M, seen.case.N, seen.guard
+    i, j = (a.ravel() for a in np.indices((M, N), dtype=np.int64))
+    p = j * N + i
+    inside = p < M * N + G
+    single = np.bincount(p[inside], minlength=M * N + G) == 1
+    keep = inside & (p != j * M + i) & single[np.minimum(p, M * N + G - 1)]
+    if not keep.any():
+        return []
+    observed = np.concatenate([seen.region.reshape(-1), seen.after])[p[keep]]
+    score = float((observed == seen.enc.codes(i[keep] * N + j[keep])).mean())
+    text = (
+        f"leading dimension: in {seen.case.label}, the values sit where an output row stride of N = {N} puts them, "
+        f"not M = {M}: the output index must be col*M+row, not col*N+row"
+    )
+    return [Hypothesis("leading-dimension", "N", score, text)]
+
+
+def _input_strides(seen: Seen) -> list[Hypothesis]:
+    """Values read from x's buffer as if x had other strides (contiguous, or the two swapped)."""
+    M, N = seen.case.M, seen.case.N
+    s0, s1 = seen.strides
+    src, slot = seen.decoded()
+    wrong = seen.wrong.reshape(-1) & ((src >= 0) | (slot >= 0))
+    if not wrong.any():
+        return []
+    p = np.flatnonzero(wrong)
+    j, i = p // M, p % M
+    si, sj = src[p] // N, src[p] % N
+    read_at = np.where(src[p] >= 0, seen.x_offset + si * s0 + sj * s1, slot[p])
+    found = []
+    for a, c in sorted({(N, 1), (M, 1), (s1, s0)} - {(s0, s1)}):
+        # Scored over every wrong element: a read bug leaves nothing unwritten, so all must be explained.
+        share = (read_at == seen.x_offset + i * a + j * c).sum() / seen.wrong.sum()
+        if share >= CONSISTENT:
+            text = (
+                f"input strides: in {seen.case.label}, out[j, i] holds what lies at x.data_ptr() + i*{a} + j*{c}: "
+                f"x was read with strides ({a}, {c}) instead of x.stride() = ({s0}, {s1}); use the input's strides, "
+                f"a view is not laid out as a contiguous M x N block"
+            )
+            found.append(Hypothesis("input-strides", (a, c) == (N, 1), float(share), text))
+    return found
+
+
+def _missing_sets(seen: Seen, block: tuple[int, int] | None) -> list[Hypothesis]:
+    """Compare the elements left unwritten with the set each pitfall leaves unwritten.
+
+    Score = min(share of the predicted set that is wrong, share of the unwritten elements predicted): a
+    pitfall must leave out what it predicts and not much else. Stray writes of the same bug may cover
+    predicted elements with garbage (masked-off loads), which is why the first share counts wrong
+    elements, and why the wrong elements stand for the unwritten ones when garbage covered them all.
+    """
+    M, N = seen.case.M, seen.case.N
+    unwritten, wrong = seen.unwritten.T, seen.wrong.T
+    if not wrong.any():
+        return []
+    if not unwritten.any():
+        unwritten = wrong
+    i, j = np.indices((M, N))
+    label = seen.case.label
+    candidates = []
+    if M != N:
+        what = f"x's rows i >= N = {N}" if M > N else f"x's columns j >= M = {M}"
+        text = (
+            f"swapped bounds: in {label}, exactly {what} were never written: the bounds test is row<N && col<M "
+            f"instead of row<M && col<N"
+        )
+        candidates.append(("swapped-bounds", None, (i >= N) | (j >= M), text))
+    for b in _tile_candidates(block, 1):
+        cut = cdiv(M, b) * b
+        if cut < N:
+            text = (
+                f"square-only tiling: in {label}, x's columns j >= {cut} = cdiv(M, {b})*{b} were never written "
+                f"although N = {N}: the grid along N is sized from M, as if the matrix were square (tiles of {b})"
+            )
+            candidates.append(("square-only-tiling", ("N", b), j >= cut, text))
+    for b in _tile_candidates(block, 0):
+        cut = cdiv(N, b) * b
+        if cut < M:
+            text = (
+                f"square-only tiling: in {label}, x's rows i >= {cut} = cdiv(N, {b})*{b} were never written "
+                f"although M = {M}: the grid along M is sized from N (tiles of {b})"
+            )
+            candidates.append(("square-only-tiling", ("M", b), i >= cut, text))
+    squares = [block[0]] if block and block[0] == block[1] else ([] if block else _tile_candidates(None, 0))
+    for B in squares:
+        # A B x B store masked with the load's mask keeps output slot (a, b) of tile (pid_m, pid_n) where
+        # the *input* slot (a, b) is inside: pid_m*B + a < M and pid_n*B + b < N, with a = j % B, b = i % B.
+        kept = ((i // B) * B + j % B < M) & ((j // B) * B + i % B < N)
+        text = (
+            f"reused input mask: in {label}, the elements lost lie in tail tiles of {B}x{B} exactly where the "
+            f"load's mask, read in output coordinates, is False: the store is masked with the input mask instead "
+            f"of the transposed output mask (rn<N)&(rm<M)"
+        )
+        candidates.append(("reused-input-mask", B, ~kept, text))
+    found = []
+    for key, param, predicted, text in candidates:
+        if not predicted.any():
+            continue
+        recall = (predicted & wrong).sum() / predicted.sum()
+        precision = (predicted & unwritten).sum() / unwritten.sum()
+        found.append(Hypothesis(key, param, float(min(recall, precision)), text))
+    return found
+
+
+def _missing_mask(seen: Seen) -> list[Hypothesis]:
+    """Nothing left unwritten, but writes outside out or values that are no element of x: an unmasked access."""
+    if seen.unwritten.any():
+        return []
+    c = seen.counts()
+    outside = c["writes_before_out"] + c["writes_after_out"]
+    garbage = c["other_values"] + c["read_outside_x"]
+    if not (outside or garbage):
+        return []
+    seen_parts = []
+    if outside:
+        seen_parts.append(
+            f"{outside} writes landed outside out ({c['writes_after_out']} past its end, "
+            f"{c['writes_before_out']} before its start)"
+        )
+    if garbage:
+        seen_parts.append(f"{garbage} elements hold values that are no element of x (masked-off loads)")
+    text = (
+        f"missing mask: in {seen.case.label}, {' and '.join(seen_parts)}, while none was left unwritten: a store "
+        f"without mask, or a mask that does not bound both output dimensions"
+    )
+    return [Hypothesis("missing-mask", None, 1.0, text)]
+
+
+def _nothing_written(seen: Seen) -> list[Hypothesis]:
+    if not seen.unwritten.all():
+        return []
+    text = (
+        f"nothing written: in {seen.case.label}, every element of the output still holds the poison: the kernel "
+        f"stored nothing there (an empty grid, a mask always False, or a write into a copy of out)"
+    )
+    return [Hypothesis("nothing-written", None, 1.0, text)]
+
+
+def _hypotheses(seen: Seen, block: tuple[int, int] | None) -> list[Hypothesis]:
+    """Every pitfall that explains this case's output, scored by the share of the evidence it explains.
+
+    * nothing-written: every output element still holds the poison.
+    * leading-dimension: every misplaced value x[i, j] (decoded from its code, inside out or in its guard
+      bands) sits at out flat j*L + i for one L != M; L = N is col*N+row, the input's row length used.
+    * input-strides: every wrong value is what lies at x.data_ptr() + i*a + j*c for strides (a, c) other
+      than x's: (N, 1) as if x were contiguous, (M, 1), or x's two strides exchanged.
+    * swapped-bounds, square-only-tiling, reused-input-mask: the elements left unwritten are the set the
+      pitfall leaves: i >= N or j >= M; the columns past cdiv(M, b)*b (or rows past cdiv(N, b)*b); the
+      tail-tile slots where the load's B x B mask, read in output coordinates, is False.
+    * missing-mask: nothing left unwritten, but writes in the guard bands, or values that are no element.
+
+    Tile sizes are searched over powers of two unless ``block`` gives them; ``aggregate_hints`` then asks
+    one tile size to explain all the cases of a target. int32-overflow comes from a large case's summary.
+    """
+    found = (
+        _nothing_written(seen)
+        + (_leading_dimension(seen) or _leading_dimension_predicted(seen))
+        + _input_strides(seen)
+        + _missing_sets(seen, block)
+        + _missing_mask(seen)
+    )
+    if seen.x_changed and not seen.wrong.any():
+        found.append(
+            Hypothesis(
+                "input-written",
+                None,
+                1.0,
+                f"writes into x: {seen.x_changed} slots of x's buffer changed in {seen.case.label}",
+            )
+        )
+    return found
+
+
+def _best(found: list[Hypothesis], fallback: Hypothesis) -> list[Hypothesis]:
+    good = [h for h in found if h.score >= CONSISTENT]
+    if not good:
+        return [fallback]
+    top = max(h.score for h in good)
+    best = [h for h in good if h.score >= top - TIE]
+    return sorted(best, key=lambda h: PRIORITY.index(h.key))
+
+
+def overflow_hypothesis(case: Case, summary: dict, limit: int = INT32_LIMIT) -> Hypothesis:
+    """A large case's verdict from the child's summary: are all wrong elements past ``limit`` in x or out?"""
+    first_out, first_src = summary.get("first_wrong_out_flat"), summary.get("first_wrong_x_flat")
+    where = [
+        f"out flat {first_out}" if first_out is not None and first_out >= limit else None,
+        f"x flat {first_src}" if first_src is not None and first_src >= limit else None,
+    ]
+    if any(where):
+        text = (
+            f"int32 overflow: in {case.label}, all {summary['wrong']} wrong elements lie past flat index "
+            f"{limit} (first at {' / '.join(w for w in where if w)}) and everything before is right: offsets "
+            f"computed in 32-bit integers wrap; compute them in int64"
+        )
+        return Hypothesis("int32-overflow", None, 1.0, text)
+    return Hypothesis(
+        "unknown", None, 0.0, f"{case.label}: {summary['wrong']} wrong elements, the first at out flat {first_out}"
+    )
+
+
+def judge(
+    case: Case,
+    raw: dict,
+    form: str,
+    block: tuple[int, int] | None,
+    limit: int,
+    overflow_limit: int = INT32_LIMIT,
+) -> Outcome:
+    """Turn one raw result into an Outcome: pass/fail, counts, first mismatches and the hints that fit."""
+    kind = raw.get("outcome", "no result")
+    message = raw.get("message", "")
+    if kind in ("skipped",):
+        return Outcome(case, kind, message)
+    if kind in ("died", "not-run"):
+        # Cases skipped after repeated deaths count for the crash: the same fault, not yet reached.
+        text = (
+            f"crash: {message.splitlines()[0].split(';')[0]} while running {case.label}; an out-of-bounds "
+            f"access that corrupts the heap (free(): invalid size) or hits unmapped memory does this"
+        )
+        return Outcome(case, kind, message, hypotheses=[Hypothesis("crash", None, 1.0, text)])
+    if kind == "timeout":
+        text = (
+            f"timeout: {case.label} {message.split(';')[0]}: a kernel that does not end (a loop bound taken from "
+            f"the wrong dimension), or one far too slow for this device"
+        )
+        return Outcome(case, kind, message, hypotheses=[Hypothesis("timeout", None, 1.0, text)])
+    if kind in ("exception", "bad-result"):
+        key = "exception" if kind == "exception" else "bad-result"
+        first = message.strip().splitlines()[-1] if message.strip() else kind
+        return Outcome(
+            case,
+            kind,
+            message,
+            hypotheses=[
+                Hypothesis(
+                    key, first, 1.0, f"{case.label} raised {first}" if kind == "exception" else f"{case.label}: {first}"
+                )
+            ],
+        )
+    if kind != "ok":
+        return Outcome(
+            case, kind, message or "no result came back", hypotheses=[Hypothesis("unknown", None, 0.0, kind)]
+        )
+    if case.large:
+        summary = raw["summary"]
+        if not summary["wrong"] and not summary.get("outside") and not raw.get("x_changed"):
+            return Outcome(case, "ok", counts=summary)
+        return Outcome(
+            case, "mismatch", counts=summary, hypotheses=[overflow_hypothesis(case, summary, overflow_limit)]
+        )
+    enc = ENCODINGS[case.dtype]
+    seen = Seen(case, raw, enc.poison if form == "out" else enc.return_fill, form)
+    if not seen.failed:
+        return Outcome(case, "ok")
+    counts = seen.counts()
+    fallback = Hypothesis("unknown", None, 0.0, f"{case.label}: matches no known pitfall: {counts_text(counts)}")
+    return Outcome(
+        case,
+        "mismatch",
+        counts=counts,
+        mismatches=mismatch_details(seen, block, limit),
+        hypotheses=_best(_hypotheses(seen, block), fallback),
+    )
+
+
+def _ident(h: Hypothesis) -> tuple:
+    # A target has one tile size, so a tile-size pitfall must fit all its cases with the same one; a wrong
+    # stride, an exception or a crash may show differently from case to case and still be one fault.
+    per_case = ("leading-dimension", "input-strides", "exception", "crash")
+    return (h.key, None if h.key in per_case else h.param)
+
+
+def aggregate_hints(outcomes: list[Outcome]) -> list[dict]:
+    """Greedy cover: name the pitfall that explains most failing cases, then the one that explains most of the
+    rest, and so on; ties go to the pitfall with fewer free parameters (PRIORITY)."""
+    support: dict[tuple, dict[int, Hypothesis]] = {}
+    for o in outcomes:
+        for h in [] if o.passed else o.hypotheses:
+            support.setdefault(_ident(h), {}).setdefault(o.case.id, h)
+    hints, covered = [], set()
+    while support:
+
+        def fresh(ident):
+            return [cid for cid in support[ident] if cid not in covered]
+
+        best = min(support, key=lambda ident: (-len(fresh(ident)), PRIORITY.index(ident[0])))
+        ids = fresh(best)
+        if not ids:
+            break
+        hints.append({"key": best[0], "cases": len(ids), "text": support[best][ids[0]].text})
+        covered.update(ids)
+    return hints
+

@@ -1,0 +1,177 @@
+"""Backends: the name -> launcher table every op dispatches through, ``auto``'s choice, and the lazy
+loading of the kernel modules.
+
+* ``"triton"``: the Triton tile kernel. On a CUDA tensor it runs natively; on a CPU tensor in Triton's
+  interpreter when ``TRITON_INTERPRET=1`` was set before tileflip's kernels were imported (else refused).
+* ``"triton-gather"``: the Triton gather kernel (one lane per output element, no shared memory), the
+  shortest program for launch-bound tiny and thin shapes; same device rules as ``"triton"``.
+* ``"cuda-naive"``, ``"cuda-tiled"``, ``"cuda-tiled-nopad"``: the CUDA C++ kernels (CUDA tensors only).
+* ``"cuda-vec"``: the CUDA C++ kernel with 16-byte accesses for 1- and 2-byte elements whose rows need
+  not start on 16-byte boundaries; a call it cannot take (``vec_refusal``) is refused with the reason.
+* ``"torch"``: ``out.copy_(x.t())``, the reference path, on any device.
+* ``"auto"``: on a CUDA tensor, the backend the tuning table names for the case (the Triton kernel where
+  the named CUDA C++ kernel cannot run); on a CPU tensor, ``"triton"`` under the interpreter, else ``"torch"``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from functools import lru_cache
+
+import torch
+
+from tileflip import tuning
+
+BACKENDS = ("auto", "triton", "triton-gather", "cuda-naive", "cuda-tiled", "cuda-tiled-nopad", "cuda-vec", "torch")
+TRITON_BACKENDS = ("triton", "triton-gather")
+CUDA_BACKENDS = {"cuda-naive": "naive", "cuda-tiled": "tiled", "cuda-tiled-nopad": "tiled_nopad", "cuda-vec": "vec"}
+PERMUTE_BACKENDS = ("auto", "triton", "torch")
+
+_modules: dict = {}
+
+
+def kernels(name: str):
+    """The kernel module ``tileflip.kernels.<name>`` (e.g. ``"triton.transpose"``), imported on first use:
+    importing triton costs about a second, and the CUDA C++ backend needs an optional extra."""
+    module = _modules.get(name)
+    if module is None:
+        module = _modules[name] = importlib.import_module(f"tileflip.kernels.{name}")
+    return module
+
+
+def interpreted() -> bool:
+    """Whether the Triton kernels run in Triton's interpreter (TRITON_INTERPRET=1 before their import)."""
+    return kernels("triton.transpose").is_interpreted()
+
+
+def vec_refusal(element_size: int, sxn: int, M: int, out_address: int) -> str | None:
+    """Why the ``cuda-vec`` kernel cannot take a call (None: it can). It moves 16-byte pieces of output
+    rows, each 16 / element_size input rows long, and reads input rows as 16-byte words."""
+    if element_size not in (1, 2):
+        return f"it moves 1- and 2-byte elements, got {element_size}-byte ones"
+    if sxn != 1:
+        return f"x's columns must be adjacent (stride 1), got stride {sxn}"
+    if M * element_size % 16:
+        return f"out's rows must be whole 16-byte units: x's {M} rows of {element_size} bytes are not"
+    if out_address % 16:
+        return "out must start on a 16-byte boundary"
+    return None
+
+
+def auto_kernel(chosen: str, element_size: int, sxn: int, M: int, out_address: int) -> str:
+    """The kernel ``auto`` runs once the table has named ``chosen``: the Triton kernel where the table
+    names cuda-vec for a call that kernel cannot take, or a CUDA C++ kernel where those cannot run (no
+    cuda-python or NVRTC: the optional extra ``tileflip[cuda]``)."""
+    if chosen in CUDA_BACKENDS:
+        if not kernels("cuda.nvrtc").available():
+            return "triton"
+        if chosen == "cuda-vec" and vec_refusal(element_size, sxn, M, out_address) is not None:
+            return "triton"
+    return chosen
+
+
+def resolve_backend(x: torch.Tensor, backend: str) -> str:
+    """The concrete backend a call runs on, after checking that it can run on x's device."""
+    if not isinstance(backend, str) or backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    on_cpu = not x.is_cuda
+    if backend == "auto":
+        if on_cpu:
+            return "triton" if interpreted() else "torch"
+        return tuning.auto_backend(x)
+    if backend in CUDA_BACKENDS and on_cpu:
+        raise ValueError(f"backend={backend!r} needs a CUDA tensor, but x is on {x.device}")
+    if backend in TRITON_BACKENDS and on_cpu and not interpreted():
+        raise ValueError(
+            f"backend={backend!r} got a CPU tensor, but Triton's interpreter is off: set TRITON_INTERPRET=1 "
+            "before importing tileflip to run the kernel on the CPU, or pass backend='auto' or 'torch'"
+        )
+    return backend
+
+
+gpu_count = None  # read by the transpose's fast path; None until the first checked call learns it
+
+
+def several_gpus() -> bool:
+    """Whether a launch may need to switch devices (checked once: the count does not change)."""
+    global gpu_count
+    if gpu_count is None:
+        gpu_count = torch.cuda.device_count()
+    return gpu_count > 1
+
+
+def on_device_of(x: torch.Tensor, fn, *args) -> None:
+    """Call ``fn(*args)`` with x's GPU current, as launches on the current stream need."""
+    if x.is_cuda and several_gpus() and x.device.index != torch.cuda.current_device():
+        with torch.cuda.device(x.device):
+            fn(*args)
+    else:
+        fn(*args)
+
+
+def _triton(x, out):
+    kernels("triton.transpose").launch(x, out, tuning.triton_config(x.element_size(), x.shape, x.stride(0)))
+
+
+def _triton_gather(x, out):
+    kernels("triton.transpose").launch_gather(x, out)
+
+
+def _torch(x, out):
+    out.copy_(x.t())
+
+
+def _cuda(variant: str):
+    def go(x, out):
+        if variant == "vec":
+            reason = vec_refusal(x.element_size(), x.stride(1), x.shape[0], out.data_ptr())
+            if reason is not None:
+                raise ValueError(f"backend='cuda-vec' cannot take this call: {reason} (backend='auto' picks "
+                                 "another kernel for it)")  # fmt: skip
+        kernels("cuda.transpose").launch(x, out, variant)
+
+    return go
+
+
+# backend name -> launch(x, out) of a 2-D transpose
+LAUNCHERS = {"triton": _triton, "triton-gather": _triton_gather, "torch": _torch} | {
+    name: _cuda(variant) for name, variant in CUDA_BACKENDS.items()
+}
+
+
+def launch(x: torch.Tensor, out: torch.Tensor, backend: str) -> None:
+    """Transpose ``x`` into ``out`` on a concrete ``backend``; both are non-empty and checked. Kernels
+    receive the tensors in their own dtype and view them as unsigned integers only where a view matters
+    (compiling, the interpreter)."""
+    LAUNCHERS[backend](x, out)
+
+
+def launch_permute(x, out, p, auto: bool = False) -> None:
+    """Run permute plan ``p``: the 2-D transpose kernel, the Triton permute kernels, or (``auto`` only,
+    where ``tuning.realign_launch`` gives a launch and NVRTC is there) the CUDA kernel that realigns
+    1-byte output rows."""
+    if p.kind == "transpose2d":
+        # Output (s0, s1) contiguous is the transpose of the input seen as (s1, s0) with swapped strides.
+        (s0, s1), (st0, st1) = p.sizes, p.in_strides
+        x2 = x.as_strided((s1, s0), (st1, st0), x.storage_offset())
+        kernels("triton.transpose").launch(x2, out.view(s0, s1), tuning.triton_config(x.element_size(), (s1, s0), st1))
+        return
+    es = x.element_size()
+    if auto and es == 1 and x.is_cuda and x.data_ptr() % 16 == 0:
+        go = _realign_launch(p, 1)
+        if go is not None and kernels("cuda.nvrtc").available():
+            cuda_permute = kernels("cuda.permute")
+            if cuda_permute.params_of(p, go) is not None:
+                cuda_permute.launch(x, out, p, go)
+                return
+    kernels("triton.permute").launch(x, out, p, permute_launch(p, es))
+
+
+def permute_launch(p, element_size: int):
+    """The launch description of permute plan ``p`` (``tuning.permute_launch``, once per plan)."""
+    return _permute_launch(p, element_size)
+
+
+# Worked out once per plan: the policy's Python costs tens of microseconds, a call's whole budget.
+_permute_launch = lru_cache(maxsize=256)(tuning.permute_launch)
+_realign_launch = lru_cache(maxsize=256)(tuning.realign_launch)
