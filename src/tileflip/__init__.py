@@ -19,12 +19,15 @@ def __getattr__(name):
         import importlib
 
         importlib.import_module("tileflip.ops.library")  # registers the ops torch.compile traces
-        return getattr(importlib.import_module(_HOMES[name]), name)
-    if name == "distributed":
+        value = getattr(importlib.import_module(_HOMES[name]), name)
+    elif name == "distributed":
         import importlib
 
-        return importlib.import_module("tileflip.distributed")
-    raise AttributeError(f"module 'tileflip' has no attribute {name!r}")
+        value = importlib.import_module("tileflip.distributed")
+    else:
+        raise AttributeError(f"module 'tileflip' has no attribute {name!r}")
+    globals()[name] = value  # later lookups are plain attribute reads: host time counts on every call
+    return value
 
 
 def __dir__():
