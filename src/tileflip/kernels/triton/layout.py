@@ -189,7 +189,8 @@ def resource_usage(compiled) -> dict:
 
 def transpose_layout(block_m: int, block_n: int, num_warps: int, itemsize: int = 4, *, divisible: bool = True,
                      kernel=None) -> dict:
-    """Layouts, registers and shared bytes of the sm_90 transpose, in the form of ``tileflip.analyze.triton_layout.TRITON_SM90_LAYOUTS``."""
+    """Layouts, registers and shared bytes of the sm_90 transpose, in the form of
+    ``tileflip.analyze.triton_layout.TRITON_SM90_LAYOUTS``."""
     compiled = compile_transpose(block_m, block_n, num_warps, itemsize, divisible=divisible, kernel=kernel)
     record = {"itemsize": itemsize, "block": (block_m, block_n), "num_warps": num_warps, "divisible": divisible}
     record.update(resource_usage(compiled))
