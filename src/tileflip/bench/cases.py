@@ -1,13 +1,14 @@
-"""The benchmark's cases: the 2-D shape suites, the named permutes and the random permute suite.
+"""The benchmark's cases: the 2-D shape suites, the named permutes, the random and the wide permute suites.
 
 The random suite's 40 cases are package data (``data/permute-random-cases.json``), written once by
-``random_permute_cases(seed=0, count=40)``; a test checks that the two agree.
+``random_permute_cases(seed=0, count=40)``; the wide suite's (``data/permute-wide-cases.json``) by
+``python -m tileflip.bench.wide``. Tests check that each file is its generator's output.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 
 from tileflip.plan.dtypes import element_size
@@ -27,7 +28,7 @@ SUITES = {
         "dtypes": ["float8_e4m3fn", "float16", "int32", "complex64"],
     },
 }  # fmt: skip
-PERMUTE_SUITES = ("permute", "permute-random")
+PERMUTE_SUITES = ("permute", "permute-random", "permute-wide")
 
 TILEFLIP_BACKENDS = ["triton", "triton-gather", "cuda-naive", "cuda-tiled", "cuda-tiled-nopad", "cuda-vec", "auto"]
 PEERS = ["torch-contiguous", "torch-copy", "torch-compile", "cupy", "xla"]
@@ -36,6 +37,7 @@ HOST_SHAPES = [(31, 65), (1024, 512)]  # the host suite's small fp32 transposes
 
 RANDOM_CASES_FILE = "permute-random-cases.json"  # in tileflip.bench's data/
 RANDOM_DTYPES = ("bfloat16", "float32", "int8")
+WIDE_CASES_FILE = "permute-wide-cases.json"  # in tileflip.bench's data/; written by tileflip.bench.wide
 
 
 @dataclass(frozen=True)
@@ -43,6 +45,7 @@ class Case:
     shape: tuple
     dtype: str
     perm: tuple | None = None  # None: a 2-D transpose; else an N-D permute
+    name: str | None = field(default=None, compare=False)  # the wide suite's case name, carried into records
 
     @property
     def label(self) -> str:
@@ -92,6 +95,12 @@ def permute_random_cases() -> list[Case]:
     return [Case(tuple(c["shape"]), c["dtype"], tuple(c["perm"])) for c in json.loads(text)["cases"]]
 
 
+def permute_wide_cases() -> list[Case]:
+    """The wide permute suite (random cases in int8, bf16 and fp32, then model layouts), from its data file."""
+    text = resources.files("tileflip.bench").joinpath("data", WIDE_CASES_FILE).read_text()
+    return [Case(tuple(c["shape"]), c["dtype"], tuple(c["perm"]), c["name"]) for c in json.loads(text)["cases"]]
+
+
 def _numel(shape) -> int:
     n = 1
     for s in shape:
@@ -116,6 +125,8 @@ def suite_cases(name: str, part: str | None = None) -> list[Case]:
         cases = list(PERMUTE_NAMED)
     elif name == "permute-random":
         cases = permute_random_cases()
+    elif name == "permute-wide":
+        cases = permute_wide_cases()
     elif name in SUITES:
         spec = SUITES[name]
         cases = [Case(tuple(s), d) for d in spec["dtypes"] for s in spec["shapes"]]

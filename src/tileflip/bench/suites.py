@@ -4,11 +4,14 @@ Each case is measured in rounds; in every round the device-to-device copy of the
 timed first, then every op, so fractions of copy compare figures of one run. Bytes moved:
 ``2 * numel * element_size`` (a read and a write of each element, as the copy of that many bytes).
 Records: gpu, torch, triton, time, flush, op, backend, shape, perm, dtype, ms, ms_p20, ms_p80, gbps,
-copy_gbps, fraction_of_copy, run, round and, for ``auto``, the backend it chose (``auto_choice``).
+copy_gbps, fraction_of_copy, run, round, for ``auto`` the backend it chose (``auto_choice``), and for
+the wide suite's cases their ``name``; ``wide_summary`` reports that suite per element size.
 The timing method is described in docs/design.md (the benchmark).
 """
 
 from __future__ import annotations
+
+import statistics
 
 from tileflip.bench import records as rec
 from tileflip.bench.cases import PEERS, PERMUTE_SUITES, TILEFLIP_BACKENDS, Case, suite_cases
@@ -42,6 +45,8 @@ def measure(cases: list[Case], backends: list[str], rounds: int, quick: bool, lo
             row = dict(meta, op="copy", backend="copy", shape=list(case.shape), perm=case.perm, dtype=case.dtype,
                        ms=copy_ms, ms_p20=c20, ms_p80=c80, gbps=copy_gbps, copy_gbps=copy_gbps,
                        fraction_of_copy=1.0, run=run_id, round=r)  # fmt: skip
+            if case.name:
+                row["name"] = case.name
             records.append(row)
             # The "l2" flush empties the L2 before every timed call: what ran before does not change a time.
             timed = [(b, *rec.time_ms(fn, quick)) for b, fn in fns]
@@ -108,4 +113,36 @@ def run(suite: str, *, part: str | None, quick: bool, rounds: int, backends: lis
     records = measure(cases, backends, rounds, quick, log)
     print(table(records))
     path = rec.write_results(records, suite, out_dir, command, part=part)
+    if suite == "permute-wide":  # over every part merged so far
+        print(wide_summary(rec.load_records(path, "results file")))
     return [str(path), *plots.draw_if_possible(path, log=log)]
+
+
+LEVEL = 0.02  # within 2 points of torch.compile counts as level with it
+
+
+def wide_summary(records: list[dict]) -> str:
+    """Per element size: auto's median and least fraction of copy (medians over rounds), and on how many
+    cases it is at least torch.compile's figure (within LEVEL) and at least the best peer's."""
+    from tileflip.plan.dtypes import element_size
+
+    med = rec.medians(records)
+    groups: dict = {}
+    for (key, dtype, backend), (_, _, frac) in med.items():
+        groups.setdefault((key, dtype), {})[backend] = frac
+    lines = []
+    for size in sorted({element_size(d) for _, d in groups}):
+        mine = {k: v for k, v in groups.items() if element_size(k[1]) == size and "auto" in v}
+        if not mine:
+            continue
+        fracs = sorted(v["auto"] for v in mine.values())
+        low_key, low = min(mine.items(), key=lambda kv: kv[1]["auto"])
+        compiled = [v for v in mine.values() if "torch-compile" in v]
+        level = sum(v["auto"] >= v["torch-compile"] - LEVEL for v in compiled)
+        peers = [v for v in mine.values() if any(b in v for b in PEERS)]
+        ahead = sum(v["auto"] >= max(v[b] for b in PEERS if b in v) for v in peers)
+        label = "x".join(map(str, low_key[0][0])) + f" {low_key[1]} {tuple(low_key[0][1])}"
+        lines.append(f"{size}-byte: {len(mine)} cases, median {statistics.median(fracs):.1%} of copy, least "
+                     f"{low['auto']:.1%} ({label}); at least torch.compile (within {LEVEL * 100:.0f} points) on "
+                     f"{level} of {len(compiled)}; at least the best peer on {ahead} of {len(peers)}")  # fmt: skip
+    return "\n".join(lines)

@@ -1,8 +1,8 @@
 """``tileflip bench``: time tileflip on the GPU against a same-run copy and its peers; write results files.
 
-The shape suites (``2d``, ``2d-extra``, ``square``, ``permute``, ``permute-random``) and ``host`` share
-one set of options; ``cast``, ``tune``, ``device`` and ``distributed`` have their own
-(``tileflip bench --suite cast --help``). Results go to ``<out>/<device>/<suite>.json``.
+The shape suites (``2d``, ``2d-extra``, ``square``, ``permute``, ``permute-random``, ``permute-wide``)
+and ``host`` share one set of options; ``cast``, ``tune``, ``device``, ``distributed`` and ``stability``
+have their own (``tileflip bench --suite cast --help``). Results go to ``<out>/<device>/<suite>.json``.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import sys
 
 from tileflip.cli import parse
 
-SHAPE_SUITES = ("2d", "2d-extra", "square", "permute", "permute-random")
-OWN_OPTIONS = ("cast", "tune", "device", "distributed")  # suites with their own options
+SHAPE_SUITES = ("2d", "2d-extra", "square", "permute", "permute-random", "permute-wide")
+OWN_OPTIONS = ("cast", "tune", "device", "distributed", "stability")  # suites with their own options
 OUT_HELP = "results root: files go to OUT/<device>/<suite>.json (default benchmarks/results)"
 DEFAULT_OUT = "benchmarks/results"
 
@@ -88,14 +88,17 @@ def _own_suite(argv: list[str]) -> tuple[str | None, list[str]]:
 def main(argv: list[str]) -> int:
     suite, rest = _own_suite(argv)
     if suite is not None:
-        return {"cast": _cast, "tune": _tune, "device": _device, "distributed": _distributed}[suite](rest, argv)
+        return {"cast": _cast, "tune": _tune, "device": _device, "distributed": _distributed,
+                "stability": _stability}[suite](rest, argv)  # fmt: skip
     from tileflip.bench.cases import PEERS, TILEFLIP_BACKENDS
 
     p = argparse.ArgumentParser(prog="tileflip bench", description="Time tileflip on the GPU against a same-run "
                                 "device copy and its peers, and write the results files.")  # fmt: skip
     p.add_argument("--suite", default="2d", choices=[*SHAPE_SUITES, "host", *OWN_OPTIONS],
-                   help="a shape suite; 'host' for host time per call of small cases; cast, tune, device and "
-                        "distributed take their own options (tileflip bench --suite cast --help)")  # fmt: skip
+                   help="a shape suite (permute-wide: random permutes in int8, bf16 and fp32 and layouts of "
+                        "real models; split it with --part); 'host' for host time per call of small cases; cast, "
+                        "tune, device, distributed and stability take their own options (tileflip bench "
+                        "--suite cast --help)")  # fmt: skip
     p.add_argument("--part", type=_part, default=None,
                    help="K/N: run every N-th case from the K-th, merged into the suite's results file")
     p.add_argument("--quick", action="store_true",
@@ -247,3 +250,27 @@ def _distributed(argv: list[str], whole: list[str]) -> int:
                   "(--device cpu: a smoke run on gloo)", file=sys.stderr)  # fmt: skip
             return 2
     return distributed.launch(whole, nproc)
+
+
+def _stability(argv: list[str], whole: list[str]) -> int:
+    from tileflip.bench import stability
+
+    p = argparse.ArgumentParser(prog="tileflip bench --suite stability",
+                                description="Measure each stability case's permute (do_bench median, out=) "
+                                            "several times at other input and output addresses (2 MiB steps "
+                                            "and 16-byte-aligned offsets within 2 MiB) and in other case "
+                                            "orders; report each case's spread, max/min of its times "
+                                            f"(stable: <= {stability.LIMIT}).")  # fmt: skip
+    p.add_argument("--measurements", type=_positive, default=stability.MEASUREMENTS,
+                   help=f"measurements per case (default {stability.MEASUREMENTS})")
+    p.add_argument("--seed", type=int, default=stability.SEED,
+                   help=f"seed of the offsets and orders (default {stability.SEED})")
+    p.add_argument("--out", default=DEFAULT_OUT, help=OUT_HELP)
+    args = p.parse_args(argv)
+    if _no_gpu("tileflip bench --suite stability"):
+        return 2
+    written = stability.run(measurements=args.measurements, seed=args.seed, out_dir=args.out,
+                            command=_command(whole), log=_log)  # fmt: skip
+    for path in written:
+        print(f"wrote {path}")
+    return 0
