@@ -5,12 +5,13 @@ so the public operations are loaded on first use.
 """
 
 __version__ = "0.1.0"
-__all__ = ["transpose", "permute", "cast_transpose", "distributed"]
+__all__ = ["transpose", "permute", "cast_transpose", "quantize", "distributed"]
 
 _HOMES = {
     "transpose": "tileflip.ops.transpose",
     "permute": "tileflip.ops.permute",
     "cast_transpose": "tileflip.ops.cast",
+    "quantize": "tileflip.ops.quantize",
 }
 
 

@@ -2,7 +2,7 @@
 
 ``WarpAccess`` and ``bank_conflicts`` describe a single warp access (32 lanes' byte addresses); the
 ``*_rows`` functions count the same quantities for many instructions at once, one row of an array
-each (numpy, vectorized). docs/design-parts/analyze.md gives the rules (phases, broadcasts).
+each (numpy, vectorized). docs/design.md (The access analyzer) gives the rules (phases, broadcasts).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 ``analyze`` enumerates every warp access of a kernel variant (``variants``), sums them over the launch
 and finds the DRAM bytes after L2 (``traffic``), then prices them with the device constants
 (``timemodel``) into a ``Report``; ``warp_access`` returns the 32 lanes of one instruction.
-The model, its assumptions and its measured accuracy: docs/design-parts/analyze.md.
+The model, its assumptions and its measured accuracy: docs/design.md (The access analyzer).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 t = max(memory, global requests, write sectors, read sectors, L1/shared wavefronts) + t0, every term from
 the device constants (``data/h200.json`` by default) and the enumerated accesses, none per kernel.
-docs/design-parts/analyze.md derives each term and gives its measured accuracy.
+docs/design.md (The access analyzer) derives each term and gives its measured accuracy.
 """
 
 from __future__ import annotations

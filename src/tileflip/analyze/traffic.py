@@ -2,7 +2,7 @@
 
 Large launches are sampled (an even spread of programs per edge class, weighted by class size);
 ``summarize`` sums one access over them; ``dram_bytes`` decides which partially written sectors L2
-merges before write-back (docs/design-parts/analyze.md, "From requests to DRAM bytes").
+merges before write-back (docs/design.md (The access analyzer), "From requests to DRAM bytes").
 """
 
 from __future__ import annotations

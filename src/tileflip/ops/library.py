@@ -96,3 +96,22 @@ def _cast_transpose_op(x: torch.Tensor, scale_value: float, scale: torch.Tensor 
 @_cast_transpose_op.register_fake
 def _(x, scale_value, scale, dtype, transpose, amax):
     return cast_transpose_fake(x, dtype, scale_value if scale is None else scale, transpose, amax)
+
+
+# Block-scaled quantization: five fixed outputs (data, scale, data_t, scale_t, global_scale), an empty (0,)
+# placeholder for each one not asked for; ``tileflip.quantize`` builds the named result.
+from tileflip.ops.quantize import quantize_fake, quantize_op_impl  # noqa: E402
+
+
+@torch.library.custom_op("tileflip::quantize", mutates_args=())
+def _quantize_op(x: torch.Tensor, recipe: str, rowwise: bool, columnwise: bool, scale: str | None,
+                 scale_layout: str, global_mode: str, global_scale: torch.Tensor | None, rule: str | None,
+                 backend: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor,
+                                        torch.Tensor]:  # fmt: skip
+    return quantize_op_impl(x, recipe, rowwise, columnwise, scale, scale_layout, global_mode, global_scale, rule,
+                            backend)  # fmt: skip
+
+
+@_quantize_op.register_fake
+def _(x, recipe, rowwise, columnwise, scale, scale_layout, global_mode, global_scale, rule, backend):
+    return quantize_fake(x, recipe, rowwise, columnwise, scale, scale_layout, global_mode, global_scale, rule, backend)

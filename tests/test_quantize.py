@@ -1,0 +1,890 @@
+"""tileflip.quantize: layouts, bit-exactness, special values, errors and torch.compile.
+
+The plain-torch reference (``backend="torch"``) is pinned three ways. On the CPU: against torchao 0.18
+(``to_mx``, ``nvfp4_quantize``, ``to_blocked``, its fp4 conversion) and, for the fp8 block recipes,
+whose torchao kernels need a GPU, against an independent numpy model of those kernels' arithmetic.
+On a GPU (marked ``gpu``): against torchao's blockwise fp8 Triton kernels, and the reference on CUDA
+against itself on the CPU. Outputs are compared as bytes; where torchao's bytes depend on a NaN's
+payload or sign, the comparison says so and checks the NaN positions instead.
+"""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+import torch._dynamo.testing
+
+import tileflip
+from tileflip.ops import quantize_reference as ref
+from tileflip.ops.quantize import Quantized
+from tileflip.plan import scales
+
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # numpy: inf * 0 in the model's NaN cases
+
+BF16, FP16, FP32 = torch.bfloat16, torch.float16, torch.float32
+DTYPES = [pytest.param(BF16, id="bf16"), pytest.param(FP16, id="fp16"), pytest.param(FP32, id="fp32")]
+RECIPES = ["fp8_1x128", "fp8_128x128", "mxfp8", "nvfp4"]
+SIDES = {"row": (True, False), "col": (False, True), "both": (True, True)}
+E2M1_MAGNITUDES = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0]
+
+
+def u8(t: torch.Tensor) -> torch.Tensor:
+    return t.view(torch.uint8)
+
+
+def i32(t: torch.Tensor) -> torch.Tensor:
+    return t.contiguous().view(torch.int32)
+
+
+def assert_bytes(actual: torch.Tensor, expected: torch.Tensor) -> None:
+    """Same shape and dtype, and the same bytes (1-byte types) or bits (fp32)."""
+    assert actual.shape == expected.shape, (actual.shape, expected.shape)
+    assert actual.dtype == expected.dtype, (actual.dtype, expected.dtype)
+    a = u8(actual.contiguous()) if actual.element_size() == 1 else i32(actual)
+    e = u8(expected.contiguous()) if expected.element_size() == 1 else i32(expected)
+    diff = (a.cpu() != e.cpu()).nonzero()
+    assert diff.numel() == 0, (
+        f"{len(diff)} of {a.numel()} differ; first at {diff[:5].tolist()}: "
+        f"{[a[tuple(i)].item() for i in diff[:5]]} != {[e[tuple(i)].item() for i in diff[:5]]}"
+    )
+
+
+def assert_fp8_like(actual: torch.Tensor, expected: torch.Tensor) -> None:
+    """e4m3 bytes equal where ``expected`` is not NaN, and NaN in the same places (torchao's NaN byte keeps
+    the sign its arithmetic gave, 0x7F or 0xFF; tileflip's is 0x7F)."""
+    assert actual.shape == expected.shape and actual.dtype == expected.dtype
+    nan_e = expected.float().isnan()
+    assert torch.equal(actual.float().isnan(), nan_e), (actual.float().isnan() != nan_e).nonzero()[:5].tolist()
+    assert torch.equal(u8(actual.contiguous())[~nan_e], u8(expected.contiguous())[~nan_e])
+    assert (u8(actual.contiguous())[nan_e] == 0x7F).all()
+
+
+# --------------------------------------------------------------------------------------------------
+# Inputs
+# --------------------------------------------------------------------------------------------------
+
+
+def sample(M, K, dtype, seed=0, spread=None) -> torch.Tensor:
+    """Non-zero normal values whose magnitude changes every 8 rows and 16 columns by up to 2^+-spread
+    (by default as far as the dtype allows): groups and blocks mix magnitudes, so small elements round
+    to fp8 subnormals and zero."""
+    g = torch.Generator().manual_seed(seed)
+    v = torch.randn(M, K, generator=g, dtype=torch.float64)
+    spread = spread or (10 if dtype == FP16 else 60)
+    lo, hi = -spread, spread
+    e = torch.randint(lo, hi, (M // 8 + 1, K // 16 + 1), generator=g)
+    e = e.repeat_interleave(8, 0).repeat_interleave(16, 1)[:M, :K]
+    x = (v * 2.0**e).to(dtype)
+    x[x == 0] = 1.0
+    return x
+
+
+def e4m3_midpoints() -> torch.Tensor:
+    """The positive e4m3 values and the midpoints between neighbours (the ties), up to 448."""
+    grid = torch.arange(127, dtype=torch.int32).to(torch.uint8).view(torch.float8_e4m3fn).double()
+    return torch.cat([grid, (grid[:-1] + grid[1:]) / 2]).sort().values
+
+
+def special_blocks(dtype) -> torch.Tensor:
+    """256 x 512: eight 128 x 128 blocks, each a case for every recipe's groups (the 1 x 32 and 1 x 16
+    groups inside a block see the same case): zeros, the dtype's subnormals, an inf among normal
+    values, a NaN among normal values, e4m3 ties at scale 1 (448 opens every 16-group), values near the
+    dtype's max, tiny normal values (below the fp8 recipes' 1e-12 floor where the dtype has them), and
+    e2m1 ties at nvfp4 scale 1 (6 opens every 16-group)."""
+    info = torch.finfo(dtype)
+    x = sample(256, 512, dtype, seed=7).float()
+    blocks = [x[r : r + 128, c : c + 128] for r in (0, 128) for c in range(0, 512, 128)]
+    blocks[0].zero_()
+    steps = torch.arange(1, 129, dtype=torch.float64)
+    blocks[1].copy_((info.smallest_normal * steps / 256 * (-1) ** steps).float().expand(128, 128))
+    blocks[2][5, 7], blocks[2][70, 100] = float("inf"), -float("inf")
+    blocks[3][9, 33] = float("nan")
+    ties = e4m3_midpoints()
+    row = torch.cat([ties, -ties])[torch.randperm(2 * ties.numel(), generator=torch.Generator().manual_seed(3))]
+    blocks[4].copy_(row[:128].float().expand(128, 128))
+    blocks[4][:, ::16] = 448.0
+    blocks[5].copy_((info.max * torch.linspace(-1, 1, 128)).float().expand(128, 128).t())
+    tiny = max(1e-20, info.smallest_normal)
+    blocks[6].mul_(0).add_(torch.linspace(-tiny * 3, tiny * 5, 128 * 128).reshape(128, 128))
+    e2m1 = [0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, 0.2, 0.3, 1.3, 2.4, 2.6, 5.1, 4.9, 6.0]
+    blocks[7].copy_(torch.tensor([6.0] + e2m1, dtype=torch.float32).repeat(8).expand(128, 128))
+    blocks[7][::2].neg_()
+    return x.to(dtype)
+
+
+# --------------------------------------------------------------------------------------------------
+# Independent models: numpy, value tables, math.frexp; no torch arithmetic on the values
+# --------------------------------------------------------------------------------------------------
+
+_E4M3_GRID = np.array([(m / 8) * 2.0**-6 if e == 0 else (1 + m / 8) * 2.0 ** (e - 7)
+                       for e in range(16) for m in range(8)][:127])  # fmt: skip
+
+
+def e4m3_encode(v: np.ndarray) -> np.ndarray:
+    """fp32 values with |v| <= 448 (or NaN) -> e4m3 bytes: nearest grid value, ties to the even code."""
+    a = np.abs(v).astype(np.float64)
+    hi = np.clip(np.searchsorted(_E4M3_GRID, a), 0, 126)
+    lo = np.clip(hi - 1, 0, 126)
+    d_lo, d_hi = a - _E4M3_GRID[lo], _E4M3_GRID[hi] - a
+    code = np.where(d_hi < d_lo, hi, np.where(d_lo < d_hi, lo, np.where(hi % 2 == 0, hi, lo)))
+    code = code | (np.signbit(v).astype(np.int64) << 7)
+    return np.where(np.isnan(v), 0x7F, code).astype(np.uint8)
+
+
+def model_fp8_blocks(x: torch.Tensor, rows: int, cols: int, ue8m0: bool):
+    """torchao's blockwise kernels' arithmetic, block by block in numpy (NaN in a block: all outputs NaN)."""
+    x32 = x.float().numpy()
+    M, K = x32.shape
+    data = np.empty((M, K), np.uint8)
+    scale = np.empty((M // rows, K // cols), np.float32)
+    for i in range(M // rows):
+        for j in range(K // cols):
+            b = x32[i * rows : (i + 1) * rows, j * cols : (j + 1) * cols]
+            amax = np.max(np.abs(b))
+            if np.isnan(amax):
+                data[i * rows : (i + 1) * rows, j * cols : (j + 1) * cols] = 0x7F
+                scale[i, j] = np.float32("nan")
+                continue
+            amax = max(amax, np.float32(1e-12))
+            m = np.float32(448.0 / float(amax))  # a float64 quotient rounded to fp32
+            s = np.float32(1.0) / m
+            if ue8m0 and np.isfinite(s):
+                mantissa, exponent = math.frexp(float(s))
+                s = np.float32(s if mantissa == 0.5 else math.ldexp(1.0, exponent))
+                m = np.float32(1.0) / s
+            y = np.clip(b * m, np.float32(-448), np.float32(448))
+            data[i * rows : (i + 1) * rows, j * cols : (j + 1) * cols] = e4m3_encode(y)
+            scale[i, j] = s
+    return (torch.from_numpy(data).view(torch.float8_e4m3fn), torch.from_numpy(scale))
+
+
+def e2m1_values(codes: torch.Tensor) -> torch.Tensor:
+    table = torch.tensor(E2M1_MAGNITUDES + [-v for v in E2M1_MAGNITUDES])
+    return table[codes.long()]
+
+
+def unpack_fp4(data: torch.Tensor) -> torch.Tensor:
+    """float4_e2m1fn_x2 (R, C/2) -> codes (R, C): the low nibble is the even element."""
+    raw = u8(data)
+    return torch.stack([raw & 0xF, raw >> 4], dim=-1).reshape(raw.shape[0], -1)
+
+
+# --------------------------------------------------------------------------------------------------
+# torchao (a test dependency; its CPU functions pin the MX and NV references)
+# --------------------------------------------------------------------------------------------------
+
+
+def torchao_mx():
+    from torchao.prototype.mx_formats.config import ScaleCalculationMode
+    from torchao.prototype.mx_formats.mx_tensor import to_mx
+
+    return to_mx, ScaleCalculationMode
+
+
+def torchao_nv():
+    from torchao.prototype.mx_formats.nvfp4_tensor import nvfp4_quantize, per_tensor_amax_to_scale
+
+    return nvfp4_quantize, per_tensor_amax_to_scale
+
+
+def torchao_to_blocked(scale: torch.Tensor) -> torch.Tensor:
+    from torchao.prototype.mx_formats.utils import to_blocked
+
+    rows, cols = scale.shape
+    return to_blocked(scale).view(scales.blocked_shape(rows, cols))
+
+
+def ao_mxfp8(x: torch.Tensor, rule: str):
+    """torchao's (data, scale) of x in 1 x 32 groups; fp16 is referenced as x.float()."""
+    to_mx, mode = torchao_mx()
+    xa = (x.float() if x.dtype == FP16 else x).contiguous()
+    scale, data = to_mx(xa, torch.float8_e4m3fn, 32, mode.FLOOR if rule == "floor" else mode.RCEIL)
+    return data, scale
+
+
+def ao_nvfp4(x: torch.Tensor, g):
+    nvfp4_quantize, _ = torchao_nv()
+    scale, data = nvfp4_quantize(x.float().contiguous(), 16, g)
+    return data.view(torch.float4_e2m1fn_x2), scale
+
+
+def assert_nvfp4_like(data, scale, x, g, ao_data, ao_scale) -> None:
+    """Scales as e4m3 (NaN by position); data bytes equal except where torchao converted a NaN, whose
+    nibble follows the NaN's payload (3 for 0x7FC00000, 4 for 0x7FFFFFFF, 0xB for 0xFFC00000): there
+    tileflip writes 4. Where torchao converts a NaN is computed from its own scale: x * (1/s), or
+    x * ((1/g)/s)."""
+    assert_fp8_like(scale, ao_scale)
+    s = ao_scale.float()
+    r = 1.0 / s if g is None else (1.0 / g) / s
+    converted_nan = (x.float().reshape(s.shape[0], -1, 16) * r[..., None]).isnan().reshape(x.shape)
+    mine, theirs = unpack_fp4(data), unpack_fp4(ao_data)
+    assert torch.equal(mine[~converted_nan], theirs[~converted_nan])
+    assert (mine[converted_nan] == ref.E2M1_NAN_CODE).all()
+
+
+# --------------------------------------------------------------------------------------------------
+# Layouts
+# --------------------------------------------------------------------------------------------------
+
+M0, K0 = 256, 384
+# recipe -> (data, scale, data_t, scale_t) as (shape, strides, dtype) for x of (256, 384), from the table.
+E4, E8, F4 = torch.float8_e4m3fn, torch.float8_e8m0fnu, torch.float4_e2m1fn_x2
+TABLE = {
+    "fp8_1x128": (((256, 384), (384, 1), E4), ((256, 3), (1, 256), FP32),
+                  ((384, 256), (256, 1), E4), ((384, 2), (1, 384), FP32)),
+    "fp8_128x128": (((256, 384), (384, 1), E4), ((2, 3), (3, 1), FP32),
+                    ((384, 256), (256, 1), E4), ((3, 2), (2, 1), FP32)),
+    "mxfp8": (((256, 384), (384, 1), E4), ((256, 12), (12, 1), E8),
+              ((384, 256), (256, 1), E4), ((384, 8), (8, 1), E8)),
+    "nvfp4": (((256, 192), (192, 1), F4), ((256, 24), (24, 1), E4),
+              ((384, 128), (128, 1), F4), ((384, 16), (16, 1), E4)),
+}  # fmt: skip
+BLOCKED = {"mxfp8": ((64, 48), (96, 32)), "nvfp4": ((64, 96), (96, 64))}
+
+
+def check_layout(t, want):
+    shape, strides, dtype = want
+    assert t is not None and tuple(t.shape) == shape and t.stride() == strides and t.dtype == dtype, (
+        tuple(t.shape),
+        t.stride(),
+        t.dtype,
+        want,
+    )
+
+
+@pytest.mark.parametrize("side", list(SIDES))
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_layouts_follow_the_table(recipe, side):
+    rowwise, columnwise = SIDES[side]
+    x = sample(M0, K0, BF16)
+    q = tileflip.quantize(x, recipe, rowwise=rowwise, columnwise=columnwise)
+    assert isinstance(q, Quantized) and q._fields == ("data", "scale", "data_t", "scale_t", "global_scale")
+    for t, want, asked in zip(q[:4], TABLE[recipe], (rowwise, rowwise, columnwise, columnwise)):
+        if asked:
+            check_layout(t, want)
+        else:
+            assert t is None
+    if recipe == "nvfp4":
+        assert q.global_scale.shape == () and q.global_scale.dtype == FP32
+    else:
+        assert q.global_scale is None
+    both = tileflip.quantize(x, recipe, rowwise=True, columnwise=True)
+    for t, full in zip(q[:4], both[:4]):
+        if t is not None:
+            assert_bytes(t, full)
+    if recipe in BLOCKED:
+        b = tileflip.quantize(x, recipe, rowwise=rowwise, columnwise=columnwise, scale_layout="blocked")
+        for t, shape, asked in zip((b.scale, b.scale_t), BLOCKED[recipe], (rowwise, columnwise)):
+            if asked:
+                assert tuple(t.shape) == shape and t.is_contiguous() and t.dtype == TABLE[recipe][1][2]
+
+
+def test_fp8_128x128_transposed_outputs_are_the_transposes():
+    q = tileflip.quantize(sample(M0, K0, FP32, seed=2), "fp8_128x128", columnwise=True)
+    assert_bytes(q.data_t, q.data.t())
+    assert_bytes(q.scale_t, q.scale.t())
+
+
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_compiled_with_dynamic_shapes(recipe):
+    """The fake implementation's geometry (plan.scales) takes symbolic sizes: one graph serves two shapes."""
+    torch._dynamo.reset()
+    options = {"scale_layout": "blocked"} if scales.RECIPES[recipe].blocked else {}
+
+    def f(x):
+        return tileflip.quantize(x, recipe, rowwise=True, columnwise=True, **options)
+
+    counter = torch._dynamo.testing.CompileCounterWithBackend("aot_eager")
+    compiled = torch.compile(f, fullgraph=True, dynamic=True, backend=counter)
+    for shape in ((256, 384), (384, 256)):  # no size-1 scale dimension: torch specializes those
+        x = sample(*shape, BF16, seed=25)
+        for a, b in zip(compiled(x), f(x)):
+            if b is not None:
+                assert a.stride() == b.stride()
+                assert_bytes(a, b)
+    assert counter.frame_count == 1
+
+
+# --------------------------------------------------------------------------------------------------
+# fp8 block recipes: the numpy model of torchao's kernels
+# --------------------------------------------------------------------------------------------------
+
+
+def fp8_model(x, recipe, ue8m0):
+    """Model (data, scale, data_t, scale_t) in the table's layouts."""
+    if recipe == "fp8_128x128":
+        d, s = model_fp8_blocks(x, 128, 128, ue8m0)
+        return d, s, d.t(), s.t()
+    d, s = model_fp8_blocks(x, 1, 128, ue8m0)
+    dt, st = model_fp8_blocks(x.t(), 1, 128, ue8m0)
+    return d, s, dt, st
+
+
+@pytest.mark.parametrize("scale", ["fp32", "ue8m0"])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("recipe", ["fp8_1x128", "fp8_128x128"])
+@pytest.mark.parametrize("case", ["random", "special"])
+def test_fp8_blocks_match_the_model(case, recipe, dtype, scale):
+    x = sample(M0, 512, dtype, seed=1) if case == "random" else special_blocks(dtype)
+    q = tileflip.quantize(x, recipe, rowwise=True, columnwise=True, scale=scale)
+    for got, want in zip(q[:4], fp8_model(x, recipe, scale == "ue8m0")):
+        assert_bytes(got, want)
+    if scale == "ue8m0":
+        s = q.scale[q.scale.isfinite()]
+        assert torch.equal(s, 2.0 ** torch.log2(s).round()), "ue8m0 scales are powers of two"
+
+
+def test_default_scale_is_fp32():
+    x = sample(128, 256, BF16, seed=3)
+    for recipe in ("fp8_1x128", "fp8_128x128"):
+        a = tileflip.quantize(x, recipe, columnwise=True)
+        b = tileflip.quantize(x, recipe, columnwise=True, scale="fp32")
+        for t, u in zip(a[:4], b[:4]):
+            assert_bytes(t, u)
+
+
+def test_ceil_pow2_from_bits():
+    """Every exponent with mantissas 0, 1 ulp, half and all ones, against math.frexp."""
+    bits = [(e << 23) | m for e in range(1, 255) for m in (0, 1, 0x400000, 0x7FFFFF)]
+    s = torch.tensor(np.array(bits, dtype=np.int64).astype(np.int32)).view(torch.float32)
+    want = []
+    for v in s.tolist():
+        mantissa, exponent = math.frexp(v)
+        want.append(v if mantissa == 0.5 else math.ldexp(1.0, exponent))
+    assert torch.equal(ref.ceil_pow2(s), torch.tensor(want, dtype=torch.float32))
+    specials = torch.tensor([float("inf"), float("nan")])
+    assert ref.ceil_pow2(specials)[0].isinf() and ref.ceil_pow2(specials)[1].isnan()
+
+
+# --------------------------------------------------------------------------------------------------
+# mxfp8 and nvfp4 against torchao on the CPU
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("layout", ["plain", "blocked"])
+@pytest.mark.parametrize("rule", ["floor", "rceil"])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("case", ["random", "special"])
+def test_mxfp8_matches_torchao(case, dtype, rule, layout):
+    x = sample(224, 320, dtype, seed=4) if case == "random" else special_blocks(dtype)
+    q = tileflip.quantize(x, "mxfp8", rowwise=True, columnwise=True, rule=rule, scale_layout=layout)
+    for data, scale, t in ((q.data, q.scale, x), (q.data_t, q.scale_t, x.t())):
+        ao_data, ao_scale = ao_mxfp8(t, rule)
+        assert_fp8_like(data, ao_data)
+        assert_bytes(scale, ao_scale if layout == "plain" else torchao_to_blocked(ao_scale))
+    if layout == "blocked" and dtype != FP16:
+        to_mx, mode = torchao_mx()
+        swizzled, _ = to_mx(x.contiguous(), torch.float8_e4m3fn, 32, getattr(mode, rule.upper()), True)
+        assert_bytes(q.scale, swizzled)
+
+
+def test_mxfp8_default_rule_is_floor():
+    x = special_blocks(BF16)
+    assert_bytes(tileflip.quantize(x, "mxfp8").scale, tileflip.quantize(x, "mxfp8", rule="floor").scale)
+
+
+@pytest.mark.parametrize("k", [-60, -20, -5, 4, 10, 60])
+def test_mxfp8_rceil_is_exact_where_torchao_rounds_through_log2(k):
+    """amax one fp32 ulp above 448 * 2^k: amax / 448 lies just above 2^k, so the smallest power of two at
+    or above it is 2^(k+1). torchao's eager RCEIL takes ceil(log2(.)) in fp32, where log2 rounds to k
+    exactly (for every k outside -4..3), and picks 2^k: its largest element then saturates at 448."""
+    a = torch.nextafter(torch.tensor(448 * 2.0**k), torch.tensor(float("inf")))
+    x = torch.full((1, 32), 1.0) * a / 3
+    x[0, 0] = a
+    q = tileflip.quantize(x, "mxfp8", rule="rceil")
+    assert u8(q.scale).item() == 127 + k + 1
+    assert q.data[0, 0].float().item() == 224.0
+    ao_data, ao_scale = ao_mxfp8(x, "rceil")
+    assert u8(ao_scale).item() == 127 + k
+    assert ao_data[0, 0].float().item() == 448.0
+    assert torch.log2(a / 448).item() == k  # the fp32 log2 that loses it
+
+
+@pytest.mark.parametrize("k", [-4, 0, 3])
+def test_mxfp8_rceil_agrees_with_torchao_where_its_log2_keeps_the_ulp(k):
+    a = torch.nextafter(torch.tensor(448 * 2.0**k), torch.tensor(float("inf")))
+    x = torch.full((1, 32), 3.0 * 2.0**k)
+    x[0, 0] = a
+    q = tileflip.quantize(x, "mxfp8", rule="rceil")
+    assert u8(q.scale).item() == 127 + k + 1
+    ao_data, ao_scale = ao_mxfp8(x, "rceil")
+    assert_bytes(q.scale, ao_scale)
+    assert_fp8_like(q.data, ao_data)
+
+
+@pytest.mark.parametrize("layout", ["plain", "blocked"])
+@pytest.mark.parametrize("mode", ["auto", "given", "none"])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("case", ["random", "special"])
+def test_nvfp4_matches_torchao(case, dtype, mode, layout):
+    x = sample(224, 320, dtype, seed=6) if case == "random" else special_blocks(dtype)
+    _, amax_to_scale = torchao_nv()
+    auto = amax_to_scale(x.abs().amax().float())
+    g = {"auto": auto, "given": auto * 3.7, "none": None}[mode]
+    arg = {"auto": "auto", "given": g, "none": None}[mode]
+    q = tileflip.quantize(x, "nvfp4", rowwise=True, columnwise=True, global_scale=arg, scale_layout=layout)
+    if g is None:
+        assert q.global_scale is None
+    else:
+        assert_bytes(q.global_scale, g)
+    plain = q if layout == "plain" else tileflip.quantize(x, "nvfp4", rowwise=True, columnwise=True,
+                                                          global_scale=arg)  # fmt: skip
+    for data, scale, t in ((q.data, plain.scale, x), (q.data_t, plain.scale_t, x.t())):
+        ao_data, ao_scale = ao_nvfp4(t, g)
+        assert_nvfp4_like(data, scale, t, g, ao_data, ao_scale)
+    if layout == "blocked":
+        assert_bytes(q.scale, torchao_to_blocked(plain.scale))
+        assert_bytes(q.scale_t, torchao_to_blocked(plain.scale_t))
+
+
+def test_nvfp4_divisions_are_ieee():
+    """amax / 6 and block / global_scale are IEEE quotients, as torchao computes them on the CPU (on CUDA,
+    torch computes t / c as t * (1 / c)). The amax values are chosen next to e4m3 ties of the block
+    scale, where the reciprocal's product rounds to the other side; the test first shows that it does."""
+    six, g = torch.tensor(6.0), torch.tensor(0.3)
+    grid = torch.arange(127, dtype=torch.int32).to(torch.uint8).view(torch.float8_e4m3fn).float()
+    ties = (grid[8:-1] + grid[9:]) / 2  # between normal e4m3 values
+
+    def e4m3(v):
+        return u8(v.clamp(2.0**-6, 448.0).to(torch.float8_e4m3fn))
+
+    for two_level in (False, True):
+        target = ties.double() * 6 * (0.3 if two_level else 1.0)
+        near = target.float().view(torch.int32)
+        amax = torch.cat([(near + k).view(torch.float32) for k in range(-6, 7)])
+        block = torch.div(amax, six)
+        if two_level:
+            ieee, product = e4m3(torch.div(block, g)), e4m3(block * torch.div(torch.tensor(1.0), g))
+        else:
+            ieee, product = e4m3(block), e4m3(amax * torch.div(torch.tensor(1.0), six))
+        amax = amax[ieee != product]
+        assert amax.numel() >= 10
+        x = amax[:, None] * torch.linspace(1.0, -0.3, 16)
+        q = tileflip.quantize(x, "nvfp4", global_scale=g if two_level else None)
+        ao_data, ao_scale = ao_nvfp4(x, g if two_level else None)
+        assert_bytes(q.scale, ao_scale)
+        assert_bytes(q.data, ao_data)
+
+
+def test_nvfp4_nan_block():
+    """A NaN in a block: its scale is NaN (0x7F) and each of its fp4 nibbles is 4 (fp4 has no NaN; 4 is
+    what torchao's conversion gives for the canonical NaN, and what torchao writes here too); the other
+    blocks are unaffected. With a NaN global scale (a NaN anywhere under "auto") every block is NaN,
+    where torchao's nibbles follow its NaN's payload (3 on the CPU) and tileflip's stay 4."""
+    x = sample(16, 64, FP32, seed=8)
+    x[3, 20] = float("nan")
+    q = tileflip.quantize(x, "nvfp4", global_scale=None)
+    assert u8(q.scale)[3, 1].item() == 0x7F and (u8(q.data)[3, 8:16] == 0x44).all()
+    ao_data, ao_scale = ao_nvfp4(x, None)
+    assert_bytes(q.data, ao_data)
+    assert_fp8_like(q.scale, ao_scale)
+    q = tileflip.quantize(x, "nvfp4")  # "auto": the global scale is NaN
+    assert q.global_scale.isnan() and (u8(q.scale) == 0x7F).all() and (u8(q.data) == 0x44).all()
+    ao_data, _ = ao_nvfp4(x, q.global_scale)
+    assert (u8(ao_data) == 0x33).all()
+
+
+def test_nvfp4_global_scale_auto_is_torchaos_per_tensor_scale():
+    _, amax_to_scale = torchao_nv()
+    for dtype in (BF16, FP16, FP32):
+        x = sample(64, 96, dtype, seed=9)
+        assert_bytes(tileflip.quantize(x, "nvfp4").global_scale, amax_to_scale(x.abs().amax().float()))
+    zero = tileflip.quantize(torch.zeros(16, 32), "nvfp4")
+    assert zero.global_scale.item() == 0.0 and (u8(zero.scale) == 0x7F).all(), "0 / 0 block scales are NaN"
+
+
+def test_nvfp4_given_global_scale_is_copied_not_aliased():
+    x = sample(32, 64, BF16, seed=10)
+    g = torch.tensor(0.01)
+    q = tileflip.quantize(x, "nvfp4", global_scale=g)
+    assert q.global_scale.item() == g.item() and q.global_scale.data_ptr() != g.data_ptr()
+
+
+def test_e2m1_codes_match_torchao():
+    """Every e2m1 midpoint and grid value, one and two fp32 ulps either side, saturation and random
+    values, both signs, against torchao's f32_to_f4_unpacked."""
+    from torchao.prototype.mx_formats.kernels import f32_to_f4_unpacked
+
+    mids = [0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0]
+    base = torch.tensor(mids + E2M1_MAGNITUDES + [6.5, 7.0, 1e30, float("inf"), 1e-30, 1e-45])
+    near = [base]
+    for step in (1, 2):
+        bits = base.view(torch.int32)
+        near += [(bits + step).view(torch.float32), (bits - step).clamp(min=0).view(torch.float32)]
+    g = torch.Generator().manual_seed(11)
+    values = torch.cat(near + [torch.rand(100000, generator=g) * 7])
+    values = torch.cat([values, -values])
+    values = values[~values.isnan()]  # inf's bits plus one
+    assert torch.equal(ref.e2m1_codes(values), f32_to_f4_unpacked(values))
+    assert ref.e2m1_codes(torch.tensor([float("nan"), -float("nan")])).tolist() == [4, 4]
+    assert f32_to_f4_unpacked(torch.tensor([0x7FFFFFFF], dtype=torch.int32).view(torch.float32)).item() == 4
+
+
+def test_pack_puts_the_even_element_in_the_low_nibble():
+    x = torch.tensor([[0.5, 6.0] * 8 + [1.0, -6.0] * 8])  # each group's amax is 6: scale 1
+    q = tileflip.quantize(x, "nvfp4", global_scale=None)
+    assert (u8(q.data)[0, :8] == 0x71).all() and (u8(q.data)[0, 8:] == 0xF2).all()
+
+
+# --------------------------------------------------------------------------------------------------
+# The blocked layout
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("rows, cols", [(1, 1), (128, 4), (130, 5), (300, 9), (256, 12), (64, 2)])
+def test_to_blocked_matches_torchao_and_the_plan(rows, cols):
+    values = torch.arange(1, rows * cols + 1, dtype=torch.int32).reshape(rows, cols)
+    for t in (values.float(), (values % 250 + 1).to(torch.uint8).view(torch.float8_e8m0fnu)):
+        blocked = ref.to_blocked(t)
+        assert tuple(blocked.shape) == scales.blocked_shape(rows, cols) and blocked.is_contiguous()
+        assert_bytes(blocked, torchao_to_blocked(t))
+    flat = ref.to_blocked(values.float()).flatten()
+    placed = torch.zeros_like(flat)
+    for r in range(rows):
+        for c in range(cols):
+            placed[scales.blocked_offset(r, c, cols)] = values[r, c].float()
+    assert torch.equal(flat, placed), "every scale at its offset, zeros in the padding"
+
+
+# --------------------------------------------------------------------------------------------------
+# NaN, strides, odd rows, empty inputs
+# --------------------------------------------------------------------------------------------------
+
+
+def test_nan_propagates_per_recipe():
+    """A NaN in a block makes its scale NaN. fp8 block recipes and mxfp8 rceil: every output of the block
+    is NaN (0x7F). mxfp8 floor, as to_mx: the block's scale is 0xFF, which is inf as a divisor, so its
+    finite elements give +-0 and the NaN gives NaN. Blocks without the NaN are unchanged."""
+    x = sample(128, 256, BF16, seed=12)
+    clean = {r: tileflip.quantize(x, r) for r in ("fp8_1x128", "fp8_128x128")}
+    y = x.clone()
+    y[5, 130] = float("nan")
+    q = tileflip.quantize(y, "fp8_1x128", columnwise=True)
+    assert i32(q.scale[5:6, 1:2]).item() == 0x7FC00000 and (u8(q.data)[5, 128:] == 0x7F).all()
+    assert (u8(q.data_t)[130] == 0x7F).all() and i32(q.scale_t[130:131]).item() == 0x7FC00000
+    keep = torch.ones(128, 256, dtype=torch.bool)
+    keep[5, 128:] = False
+    assert torch.equal(u8(q.data)[keep], u8(clean["fp8_1x128"].data)[keep])
+    q = tileflip.quantize(y, "fp8_128x128", columnwise=True)
+    assert i32(q.scale)[0, 1].item() == 0x7FC00000 and (u8(q.data)[:, 128:] == 0x7F).all()
+    assert torch.equal(u8(q.data)[:, :128], u8(clean["fp8_128x128"].data)[:, :128])
+    q = tileflip.quantize(y, "mxfp8", rule="rceil")
+    assert u8(q.scale)[5, 4].item() == 0xFF and (u8(q.data)[5, 128:160] == 0x7F).all()
+    q = tileflip.quantize(y, "mxfp8", rule="floor")
+    block = q.data[5, 128:160].float()
+    assert u8(q.scale)[5, 4].item() == 0xFF and block[2].isnan() and (block[:2] == 0).all()
+    assert torch.equal(block[[0, 1]].signbit(), y[5, 128:130].float().signbit())
+    q = tileflip.quantize(y, "nvfp4", global_scale=None)
+    assert u8(q.scale)[5, 8].item() == 0x7F and (u8(q.data)[5, 64:72] == 0x44).all()
+
+
+def strided_views(M, K, dtype):
+    """(name, view) pairs of an (M, K) x with other strides: a transpose, a step along both dimensions,
+    an offset inside a larger tensor, and a negative view."""
+    base = sample(2 * K, 2 * M, dtype, seed=13)
+    yield "transposed", base[:K, :M].t()
+    yield "stepped", sample(2 * M, 2 * K, dtype, seed=14)[::2, ::2]
+    yield "offset", sample(M + 3, K + 5, dtype, seed=15)[3:, 5:]
+    yield "negative", torch._neg_view(sample(M, K, dtype, seed=16))
+
+
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_strided_inputs_give_the_contiguous_results(recipe):
+    for name, x in strided_views(128, 256, BF16):
+        got = tileflip.quantize(x, recipe, rowwise=True, columnwise=True)
+        want = tileflip.quantize(x.contiguous() if name != "negative" else x.resolve_neg(), recipe,
+                                 rowwise=True, columnwise=True)  # fmt: skip
+        for a, b in zip(got, want):
+            assert (a is None) == (b is None)
+            if a is not None:
+                assert_bytes(a, b)
+
+
+@pytest.mark.parametrize("recipe", ["fp8_1x128", "mxfp8", "nvfp4"])
+def test_odd_row_counts_row_wise(recipe):
+    x = sample(33, 256, FP32, seed=17)
+    q = tileflip.quantize(x, recipe)
+    assert q.data.shape[0] == 33 and q.scale.shape[0] == 33
+    if recipe == "fp8_1x128":
+        want = model_fp8_blocks(x, 1, 128, False)
+        assert_bytes(q.data, want[0])
+        assert_bytes(q.scale, want[1])
+    elif recipe == "mxfp8":
+        ao_data, ao_scale = ao_mxfp8(x, "floor")
+        assert_fp8_like(q.data, ao_data)
+        assert_bytes(q.scale, ao_scale)
+        blocked = tileflip.quantize(x, recipe, scale_layout="blocked").scale
+        assert tuple(blocked.shape) == (32, 32)  # one row of tiles, two columns: 33 x 8 scales, zero-padded
+        assert_bytes(blocked, torchao_to_blocked(ao_scale))
+    else:
+        q = tileflip.quantize(x, recipe, global_scale=None)
+        ao_data, ao_scale = ao_nvfp4(x, None)
+        assert_nvfp4_like(q.data, q.scale, x, None, ao_data, ao_scale)
+    with pytest.raises(ValueError, match="row count must be a multiple of"):
+        tileflip.quantize(x, recipe, columnwise=True)
+
+
+@pytest.mark.parametrize("recipe", RECIPES)
+@pytest.mark.parametrize("shape", [(0, 256), (128, 0), (0, 0)])
+def test_empty_inputs(recipe, shape):
+    q = tileflip.quantize(torch.empty(shape, dtype=BF16), recipe, rowwise=True, columnwise=True)
+    M, K = shape
+    lay = scales.layouts(recipe, M, K, True, True, False)
+    for t, layout in zip(q[:4], lay):
+        assert tuple(t.shape) == layout.shape and t.numel() == 0
+
+
+# --------------------------------------------------------------------------------------------------
+# Dequantization
+# --------------------------------------------------------------------------------------------------
+
+
+def block_scales(q: Quantized, recipe: str, side: str) -> torch.Tensor:
+    """Each element's dequantization factor in float64: its block's scale (times the global scale)."""
+    scale = q.scale if side == "row" else q.scale_t
+    s = scale.double()
+    if recipe == "nvfp4" and q.global_scale is not None:
+        s = s * q.global_scale.double()
+    if recipe == "fp8_128x128":
+        s = s.repeat_interleave(128, 0)
+    return s.repeat_interleave(scales.RECIPES[recipe].block, 1)
+
+
+def dequantize(q: Quantized, recipe: str, side: str) -> torch.Tensor:
+    """data * scale in float64 (plain layouts)."""
+    data = q.data if side == "row" else q.data_t
+    values = e2m1_values(unpack_fp4(data)).double() if recipe == "nvfp4" else data.double()
+    return values * block_scales(q, recipe, side)
+
+
+@pytest.mark.parametrize("recipe, options", [
+    ("fp8_1x128", {}), ("fp8_1x128", {"scale": "ue8m0"}), ("fp8_128x128", {}), ("fp8_128x128", {"scale": "ue8m0"}),
+    ("mxfp8", {"rule": "floor"}), ("mxfp8", {"rule": "rceil"}),
+    ("nvfp4", {}), ("nvfp4", {"global_scale": None}),
+])  # fmt: skip
+def test_dequantized_values_are_within_half_a_step(recipe, options):
+    """data * scale is x rounded to the element format's grid at its block's scale S: within half a step
+    (2^-4 |x| for e4m3, |x| / 4 for e2m1; half the smallest subnormal step, 2^-10 S or S / 4, below),
+    plus what saturation clips (mxfp8 floor's blocks reach 512 S, past e4m3's 448). Magnitudes within
+    2^+-8, so that single-level nvfp4 (scales up to 448, values up to 2688) holds them."""
+    x = sample(256, 256, FP32, seed=18, spread=8)
+    q = tileflip.quantize(x, recipe, rowwise=True, columnwise=True, **options)
+    half_step, tiny, top = (0.25, 0.25, 6.0) if recipe == "nvfp4" else (2.0**-4, 2.0**-10, 448.0)
+    for side, t in (("row", x), ("col", x.t())):
+        exact, block = t.double(), block_scales(q, recipe, side)
+        bound = torch.maximum(exact.abs() * half_step, block * tiny) * (1 + 2.0**-10)
+        bound = bound + (exact.abs() - top * block).clamp(min=0)
+        err = (dequantize(q, recipe, side) - exact).abs()
+        assert (err <= bound).all(), (err - bound).max()
+        assert (err.norm() / exact.norm()).item() < (0.15 if recipe == "nvfp4" else 0.05)
+
+
+# --------------------------------------------------------------------------------------------------
+# Arguments
+# --------------------------------------------------------------------------------------------------
+
+X = sample(128, 256, BF16, seed=19)
+ERRORS = [
+    ({"x": X.float().numpy()}, TypeError, "x must be a torch.Tensor"),
+    ({"x": X[0]}, ValueError, "x must be 2-D"),
+    ({"x": X.to(torch.float64)}, TypeError, "x must have dtype float32, float16 or bfloat16"),
+    ({"x": X.to(torch.int32)}, TypeError, "x must have dtype"),
+    ({"x": X.to_sparse()}, TypeError, "x must be a dense tensor"),
+    ({"recipe": "fp8"}, ValueError, "recipe must be one of"),
+    ({"recipe": None}, ValueError, "recipe must be one of"),
+    ({"rowwise": 1}, TypeError, "rowwise must be a bool"),
+    ({"columnwise": None}, TypeError, "columnwise must be a bool"),
+    ({"rowwise": False}, ValueError, "rowwise and columnwise are both False"),
+    ({"scale": "e8m0"}, ValueError, "scale must be one of"),
+    ({"recipe": "mxfp8", "scale": "ue8m0"}, ValueError, "scale applies to recipe fp8_1x128 and fp8_128x128"),
+    ({"recipe": "nvfp4", "scale": "fp32"}, ValueError, "scale applies to recipe"),
+    ({"scale_layout": "blocked"}, ValueError, "scale_layout applies to recipe mxfp8 and nvfp4 only"),
+    ({"recipe": "mxfp8", "scale_layout": "swizzled"}, ValueError, "scale_layout must be one of"),
+    ({"recipe": "mxfp8", "global_scale": None}, ValueError, "global_scale applies to recipe nvfp4 only"),
+    ({"global_scale": torch.tensor(1.0)}, ValueError, "global_scale applies to recipe nvfp4 only"),
+    ({"recipe": "nvfp4", "global_scale": "max"}, ValueError, "global_scale must be 'auto'"),
+    ({"recipe": "nvfp4", "global_scale": 0.5}, TypeError, "global_scale must be 'auto', a 0-d float32 tensor"),
+    ({"recipe": "nvfp4", "global_scale": torch.ones(1)}, ValueError, "global_scale must be a 0-d tensor"),
+    ({"recipe": "nvfp4", "global_scale": torch.tensor(1.0, dtype=torch.float64)}, TypeError,
+     "global_scale must have dtype float32"),
+    ({"recipe": "nvfp4", "global_scale": torch.tensor(1.0, device="meta")}, ValueError,
+     "global_scale must be on cpu"),
+    ({"recipe": "mxfp8", "rule": "ceil"}, ValueError, "rule must be one of"),
+    ({"rule": "floor"}, ValueError, "rule applies to recipe mxfp8 only"),
+    ({"backend": "triton"}, ValueError, "backend must be one of"),
+    ({"x": X[:, :200]}, ValueError, "column count must be a multiple of 128 for row-wise output"),
+    ({"x": X[:100], "rowwise": False, "columnwise": True}, ValueError, "row count must be a multiple of 128"),
+    ({"x": X[:100], "recipe": "fp8_128x128"}, ValueError, "sizes must both be multiples of 128"),
+    ({"x": X[:, :48], "recipe": "mxfp8"}, ValueError, "multiple of 32 for row-wise output of recipe 'mxfp8'"),
+    ({"x": X[:24], "recipe": "nvfp4", "columnwise": True}, ValueError, "row count must be a multiple of 16"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("kwargs, error, match", ERRORS, ids=[str(i) for i in range(len(ERRORS))])
+def test_errors_name_the_argument(kwargs, error, match):
+    kwargs = dict(kwargs)
+    x = kwargs.pop("x", X)
+    recipe = kwargs.pop("recipe", "fp8_1x128")
+    before = X.clone()
+    g = kwargs.get("global_scale")
+    g_before = g.clone() if isinstance(g, torch.Tensor) and g.device.type != "meta" else None
+    with pytest.raises(error, match=match):
+        tileflip.quantize(x, recipe, **kwargs)
+    assert torch.equal(X, before)
+    if g_before is not None:
+        assert torch.equal(g, g_before)
+
+
+def test_not_differentiable():
+    x = X.float().requires_grad_()
+    with pytest.raises(ValueError, match="quantize is not differentiable, but x requires grad"):
+        tileflip.quantize(x, "mxfp8")
+    g = torch.tensor(0.01, requires_grad=True)
+    with pytest.raises(ValueError, match="global_scale requires grad"):
+        tileflip.quantize(X, "nvfp4", global_scale=g)
+    with torch.no_grad():
+        q = tileflip.quantize(x, "mxfp8")
+        assert not q.data.requires_grad
+
+
+def test_auto_backend_is_torch():
+    x = special_blocks(BF16)
+    for recipe in RECIPES:
+        a = tileflip.quantize(x, recipe, columnwise=True, backend="auto")
+        b = tileflip.quantize(x, recipe, columnwise=True, backend="torch")
+        for t, u in zip(a, b):
+            if t is not None:
+                assert_bytes(t, u)
+
+
+# --------------------------------------------------------------------------------------------------
+# The registered op and torch.compile
+# --------------------------------------------------------------------------------------------------
+
+
+def test_registered_op_has_fixed_outputs():
+    outs = torch.ops.tileflip.quantize(X, "mxfp8", False, True, None, "blocked", "auto", None, "rceil", "torch")
+    assert len(outs) == 5
+    assert outs[0].shape == (0,) and outs[0].dtype == E4 and outs[1].shape == (0,) and outs[1].dtype == E8
+    assert outs[4].shape == (0,) and outs[4].dtype == FP32
+    want = tileflip.quantize(X, "mxfp8", rowwise=False, columnwise=True, scale_layout="blocked", rule="rceil")
+    assert_bytes(outs[2], want.data_t)
+    assert_bytes(outs[3], want.scale_t)
+
+
+COMPILED = [
+    ("fp8_1x128", {"rowwise": True, "columnwise": True}),
+    ("fp8_128x128", {"rowwise": False, "columnwise": True, "scale": "ue8m0"}),
+    ("mxfp8", {"rowwise": True, "columnwise": True, "scale_layout": "blocked", "rule": "rceil"}),
+    ("nvfp4", {"rowwise": True, "columnwise": False}),
+    ("nvfp4", {"rowwise": True, "columnwise": True, "global_scale": None, "scale_layout": "blocked"}),
+]
+
+
+@pytest.mark.parametrize("recipe, options", COMPILED, ids=[f"{r}-{i}" for i, (r, _) in enumerate(COMPILED)])
+def test_compiled_fullgraph(recipe, options):
+    torch._dynamo.reset()
+
+    def f(x):
+        return tileflip.quantize(x * 2, recipe, **options)
+
+    x = sample(128, 256, BF16, seed=20)
+    got = torch.compile(f, fullgraph=True, backend="aot_eager")(x)
+    want = f(x)
+    assert isinstance(got, Quantized)
+    for a, b in zip(got, want):
+        assert (a is None) == (b is None)
+        if a is not None:
+            assert a.stride() == b.stride()
+            assert_bytes(a, b)
+
+
+def test_compiled_with_a_given_global_scale():
+    torch._dynamo.reset()
+
+    def f(x, g):
+        q = tileflip.quantize(x, "nvfp4", columnwise=True, global_scale=g)
+        return q.data, q.scale_t, q.global_scale
+
+    x, g = sample(64, 128, FP32, seed=21), torch.tensor(0.003)
+    got = torch.compile(f, fullgraph=True, backend="aot_eager")(x, g)
+    for a, b in zip(got, f(x, g)):
+        assert_bytes(a, b)
+
+
+def test_compiled_refusal_names_the_argument():
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match="column count must be a multiple of 128"):
+        torch.compile(lambda x: tileflip.quantize(x, "fp8_1x128"), fullgraph=True, backend="aot_eager")(X[:, :200])
+
+
+# --------------------------------------------------------------------------------------------------
+# GPU: torchao's blockwise fp8 Triton kernels, and the reference on CUDA
+# --------------------------------------------------------------------------------------------------
+
+
+def no_nan_or_inf(dtype):
+    """The special blocks with the NaN and inf blocks replaced by random values (torchao's kernels drop
+    a NaN from the max, and clamp a NaN product to a bound: see the next test)."""
+    x = special_blocks(dtype)
+    x[:128, 256:512] = sample(128, 256, dtype, seed=22)
+    return x
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [pytest.param(BF16, id="bf16"), pytest.param(FP32, id="fp32")])
+@pytest.mark.parametrize("case", ["random", "special"])
+def test_fp8_blocks_match_torchao_kernels_gpu(case, dtype):
+    from torchao.prototype.blockwise_fp8_training import kernels as ao
+
+    x = (sample(512, 768, dtype, seed=23) if case == "random" else no_nan_or_inf(dtype)).cuda()
+    q = tileflip.quantize(x, "fp8_1x128", columnwise=True)
+    for (data, scale), (ao_data, ao_scale) in (
+        ((q.data, q.scale), ao.triton_fp8_blockwise_act_quant_lhs(x, 128)),
+        ((q.data_t, q.scale_t), ao.triton_fp8_blockwise_act_quant_transposed_lhs(x, 128)),
+    ):
+        assert data.stride() == ao_data.stride() and scale.stride() == ao_scale.stride()
+        assert_bytes(data, ao_data)
+        assert_bytes(scale, ao_scale)
+    q = tileflip.quantize(x, "fp8_128x128", columnwise=True)
+    for (data, scale), (ao_data, ao_scale) in (
+        ((q.data, q.scale), ao.triton_fp8_blockwise_weight_quant_rhs(x, 128)),
+        ((q.data_t, q.scale_t), ao.triton_fp8_blockwise_weight_quant_transposed_rhs(x, 128)),
+    ):
+        assert_bytes(data, ao_data)  # values: torchao's are column-major
+        assert_bytes(scale, ao_scale)
+
+
+@pytest.mark.gpu
+def test_fp8_nan_differs_from_torchao_kernels_gpu():
+    """torchao's kernels drop a NaN from the block's max and write the NaN element as +448 (0x7E), the
+    block's scale staying finite; tileflip writes NaN for the whole block and its scale."""
+    from torchao.prototype.blockwise_fp8_training import kernels as ao
+
+    x = sample(128, 256, BF16, seed=24).cuda()
+    x[3, 5] = float("nan")
+    q = tileflip.quantize(x, "fp8_1x128")
+    ao_data, ao_scale = ao.triton_fp8_blockwise_act_quant_lhs(x, 128)
+    assert (u8(q.data)[3, :128] == 0x7F).all() and q.scale[3, 0].isnan()
+    assert u8(ao_data)[3, 5].item() == 0x7E and ao_scale[3, 0].isfinite()
+    keep = torch.ones(128, 256, dtype=torch.bool, device="cuda")
+    keep[3, :128] = False
+    assert torch.equal(u8(q.data)[keep], u8(ao_data)[keep])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_reference_on_cuda_equals_the_cpu_gpu(dtype):
+    x = special_blocks(dtype)
+    calls = [(r, {}) for r in RECIPES] + [("fp8_1x128", {"scale": "ue8m0"}), ("mxfp8", {"rule": "rceil"}),
+                                          ("mxfp8", {"scale_layout": "blocked"}), ("nvfp4", {"global_scale": None}),
+                                          ("nvfp4", {"global_scale": torch.tensor(0.02)})]  # fmt: skip
+    for recipe, options in calls:
+        cuda_options = {k: v.cuda() if isinstance(v, torch.Tensor) else v for k, v in options.items()}
+        a = tileflip.quantize(x, recipe, rowwise=True, columnwise=True, **options)
+        b = tileflip.quantize(x.cuda(), recipe, rowwise=True, columnwise=True, **cuda_options)
+        for t, u in zip(a, b):
+            if t is not None:
+                assert u.is_cuda and u.stride() == t.stride()
+                assert_bytes(u.cpu(), t)
