@@ -17,6 +17,7 @@ import random
 from pathlib import Path
 
 from tileflip.plan.dtypes import element_size
+from tileflip.plan.launch import product
 
 MIB = 1 << 20
 SEEDS = (1, 2, 3)
@@ -28,13 +29,6 @@ SIZE_MIB = (64, 512)  # T's range, log-uniform
 TOLERANCE = 0.10  # a shape holds T within 10%
 FILE = Path(__file__).resolve().parent / "data" / "permute-wide-cases.json"
 GENERATOR = f"python -m tileflip.bench.wide: tileflip.bench.wide.document(seeds={SEEDS}, count={COUNT})"
-
-
-def _prod(values) -> int:
-    n = 1
-    for v in values:
-        n *= v
-    return n
 
 
 def shrunk(extent: int, k: int) -> int:
@@ -81,7 +75,7 @@ def fit_shape(base, itemsize: int, target_bytes: int) -> tuple[int, ...]:
     order = sorted(range(len(base)), key=lambda d: (-base[d], d))
     a, b = order[0], order[1]
     shape = list(base)
-    if _prod(base) > elements:
+    if product(base) > elements:
         lo, hi = 0.0, math.log(max(base))
         for _ in range(100):  # bisection on log L: sum(log min(e, L)) = log(elements)
             mid = (lo + hi) / 2
@@ -91,7 +85,7 @@ def fit_shape(base, itemsize: int, target_bytes: int) -> tuple[int, ...]:
             k = round(base[d] / level)
             if k > 1:
                 shape[d] = shrunk(base[d], k)
-    rest = _prod(shape[d] for d in order[2:])
+    rest = product(shape[d] for d in order[2:])
     q = elements / rest
     ea, eb = base[a], base[b]
     scale = math.sqrt(q / (ea * eb))
@@ -104,7 +98,7 @@ def fit_shape(base, itemsize: int, target_bytes: int) -> tuple[int, ...]:
             if best is None or key < best[0]:
                 best = (key, va, vb)
     shape[a], shape[b] = best[1], best[2]
-    size = _prod(shape) * itemsize
+    size = product(shape) * itemsize
     if abs(size / target_bytes - 1) > TOLERANCE:
         raise ValueError(f"base {base}: no fit within {TOLERANCE:.0%} of {target_bytes} bytes (best {shape})")
     return tuple(shape)

@@ -16,9 +16,9 @@ import torch
 
 from tileflip import tuning
 from tileflip.ops.backends import kernels
-from tileflip.ops.checks import check_dense
+from tileflip.ops.checks import FLOAT_INPUTS, check_float_matrix, check_scalar_tensor
 
-INPUT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+INPUT_DTYPES = FLOAT_INPUTS
 FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
 
 
@@ -27,21 +27,8 @@ def _kernels():
 
 
 def _check_x(x) -> None:
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
-    check_dense(x, "x")
-    if x.requires_grad and torch.is_grad_enabled():
-        raise ValueError("cast_transpose is not differentiable, but x requires grad: call it under torch.no_grad() "
-                         "or on x.detach()")  # fmt: skip
-    if x.dim() != 2:
-        raise ValueError(f"x must be 2-D, got a {x.dim()}-D tensor of shape {tuple(x.shape)}")
-    if x.dtype not in INPUT_DTYPES:
-        raise TypeError(f"x must have dtype float32, float16 or bfloat16, got {x.dtype}")
-    if x.device.type == "cuda":
-        return
-    if x.device.type != "cpu":
-        raise ValueError(f"x must be on a CPU or CUDA device, got {x.device}")
-    if not _kernels().is_interpreted():
+    check_float_matrix(x, "cast_transpose")
+    if x.device.type == "cpu" and not _kernels().is_interpreted():
         raise ValueError(
             "cast_transpose got a CPU tensor, but Triton's interpreter is off: set TRITON_INTERPRET=1 "
             "before importing tileflip to run the kernel on the CPU"
@@ -56,16 +43,7 @@ def _check_dtype(dtype) -> None:
 def _check_scale(x: torch.Tensor, scale) -> float | torch.Tensor:
     """The scale as the kernel takes it (a Python float, or a plain 0-d float32 tensor), or a named error."""
     if isinstance(scale, torch.Tensor):
-        check_dense(scale, "scale")
-        if scale.dim() != 0:
-            raise ValueError(f"scale must be a 0-d tensor, got shape {tuple(scale.shape)}")
-        if scale.dtype != torch.float32:
-            raise TypeError(f"scale must have dtype float32, got {scale.dtype}")
-        if scale.device != x.device:
-            raise ValueError(f"scale must be on {x.device} (x's device), got {scale.device}")
-        if scale.requires_grad and torch.is_grad_enabled():
-            raise ValueError("cast_transpose is not differentiable, but scale requires grad: call it under "
-                             "torch.no_grad() or with scale.detach()")  # fmt: skip
+        check_scalar_tensor(scale, x, "scale", "cast_transpose")
         return scale.resolve_neg()
     if isinstance(scale, bool) or not isinstance(scale, numbers.Real):
         raise TypeError(f"scale must be a real number, a 0-d float32 tensor or None, got {type(scale).__name__}")

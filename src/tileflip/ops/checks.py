@@ -119,3 +119,38 @@ def written(out: torch.Tensor) -> None:
 
 
 _increment_version = torch._C._increment_version  # torch.autograd.graph.increment_version, less its wrapper
+
+
+FLOAT_INPUTS = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def check_float_matrix(x, op: str) -> None:
+    """The input checks the casts share (``cast_transpose``, ``quantize``): a dense 2-D fp32, fp16 or bf16
+    tensor on a CPU or CUDA device, not requiring grad in grad mode (the casts are not differentiable)."""
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
+    check_dense(x, "x")
+    if x.requires_grad and torch.is_grad_enabled():
+        raise ValueError(f"{op} is not differentiable, but x requires grad: call it under torch.no_grad() "
+                         "or on x.detach()")  # fmt: skip
+    if x.dim() != 2:
+        raise ValueError(f"x must be 2-D, got a {x.dim()}-D tensor of shape {tuple(x.shape)}")
+    if x.dtype not in FLOAT_INPUTS:
+        raise TypeError(f"x must have dtype float32, float16 or bfloat16, got {x.dtype}")
+    if x.device.type not in ("cpu", "cuda"):
+        raise ValueError(f"x must be on a CPU or CUDA device, got {x.device}")
+
+
+def check_scalar_tensor(t: torch.Tensor, x: torch.Tensor, arg: str, op: str) -> None:
+    """A per-tensor scale given as a tensor: dense, 0-d, float32, on x's device, not requiring grad in grad
+    mode (the casts are not differentiable)."""
+    check_dense(t, arg)
+    if t.dim() != 0:
+        raise ValueError(f"{arg} must be a 0-d tensor, got shape {tuple(t.shape)}")
+    if t.dtype != torch.float32:
+        raise TypeError(f"{arg} must have dtype float32, got {t.dtype}")
+    if t.device != x.device:
+        raise ValueError(f"{arg} must be on {x.device} (x's device), got {t.device}")
+    if t.requires_grad and torch.is_grad_enabled():
+        raise ValueError(f"{op} is not differentiable, but {arg} requires grad: call it under "
+                         f"torch.no_grad() or with {arg}.detach()")  # fmt: skip

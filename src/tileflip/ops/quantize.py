@@ -17,12 +17,12 @@ from typing import NamedTuple
 import torch
 
 from tileflip.ops import quantize_reference as ref
-from tileflip.ops.checks import check_dense
+from tileflip.ops.checks import FLOAT_INPUTS, check_float_matrix, check_scalar_tensor
 from tileflip.plan import scales
 
 RECIPES = tuple(scales.RECIPES)
 BACKENDS = ("auto", "torch")
-INPUT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+INPUT_DTYPES = FLOAT_INPUTS
 SCALE_KINDS = ("fp32", "ue8m0")
 SCALE_LAYOUTS = ("plain", "blocked")
 RULES = ("floor", "rceil")
@@ -99,18 +99,7 @@ def global_mode(global_scale) -> tuple[str, torch.Tensor | None]:
 
 
 def _check_x(x) -> None:
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
-    check_dense(x, "x")
-    if x.requires_grad and torch.is_grad_enabled():
-        raise ValueError("quantize is not differentiable, but x requires grad: call it under torch.no_grad() "
-                         "or on x.detach()")  # fmt: skip
-    if x.dim() != 2:
-        raise ValueError(f"x must be 2-D, got a {x.dim()}-D tensor of shape {tuple(x.shape)}")
-    if x.dtype not in INPUT_DTYPES:
-        raise TypeError(f"x must have dtype float32, float16 or bfloat16, got {x.dtype}")
-    if x.device.type not in ("cpu", "cuda"):
-        raise ValueError(f"x must be on a CPU or CUDA device, got {x.device}")
+    check_float_matrix(x, "quantize")
 
 
 def _check_choice(name: str, value, choices: tuple) -> None:
@@ -142,16 +131,7 @@ def _check_global(mode: str, given, x: torch.Tensor, recipe: str) -> None:
         raise ValueError(f"global_scale must be 'auto', a 0-d float32 tensor or None, got {mode!r}")
     if not isinstance(given, torch.Tensor):
         raise TypeError(f"global_scale must be a torch.Tensor, got {type(given).__name__}")
-    check_dense(given, "global_scale")
-    if given.dim() != 0:
-        raise ValueError(f"global_scale must be a 0-d tensor, got shape {tuple(given.shape)}")
-    if given.dtype != torch.float32:
-        raise TypeError(f"global_scale must have dtype float32, got {given.dtype}")
-    if given.device != x.device:
-        raise ValueError(f"global_scale must be on {x.device} (x's device), got {given.device}")
-    if given.requires_grad and torch.is_grad_enabled():
-        raise ValueError("quantize is not differentiable, but global_scale requires grad: call it under "
-                         "torch.no_grad() or with global_scale.detach()")  # fmt: skip
+    check_scalar_tensor(given, x, "global_scale", "quantize")
 
 
 def check_call(x, recipe, rowwise, columnwise, scale, scale_layout, mode, given, rule, backend) -> None:
