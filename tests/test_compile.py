@@ -38,7 +38,9 @@ def test_compiled_transpose_out(device):
 
 
 def test_registered_ops_exist():
-    assert hasattr(torch.ops.tileflip, "transpose") and hasattr(torch.ops.tileflip, "transpose_out")
+    tileflip.transpose  # a public name's first use registers every op
+    for name in ("transpose", "transpose_out", "permute", "permute_out", "cast_transpose", "quantize"):
+        assert hasattr(torch.ops.tileflip, name), name
     x = random_bits((5, 7), torch.float32, seed=3)
     assert_bits_equal(torch.ops.tileflip.transpose(x, "torch"), x.t())
 
@@ -60,3 +62,25 @@ def test_compiled_out_overlapping_x_is_refused_when_traced(device, backend):
     torch.compile(lambda t, o: tileflip.permute(t, (1, 0), o), fullgraph=True, backend=backend)(
         buf[:12].view(3, 4), buf[12:].view(4, 3))
     assert_bits_equal(buf[12:].view(4, 3), before[:12].view(3, 4).t())
+
+
+@pytest.mark.parametrize(
+    "kwargs, error",
+    [
+        (dict(scale=True), "scale must be a real number"),
+        (dict(dtype=torch.float16), "dtype must be torch.float8_e4m3fn or torch.float8_e5m2"),
+        (dict(transpose=1), "transpose must be a bool"),
+    ],
+)
+def test_compiled_cast_transpose_refuses_what_eager_refuses(kwargs, error):
+    """Under torch.compile the arguments the schema would coerce (True as a scale of 1.0) or reject with
+    the dispatcher's own message are refused with the eager call's named error."""
+    torch._dynamo.reset()
+    x = random_bits((16, 16), torch.float32, seed=5)
+    call = dict(dtype=torch.float8_e4m3fn) | kwargs
+
+    def f(x):
+        return tileflip.cast_transpose(x, **call)[0]
+
+    with pytest.raises(Exception, match=error):
+        torch.compile(f, fullgraph=True, backend="aot_eager")(x)

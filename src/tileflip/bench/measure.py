@@ -1,6 +1,6 @@
 """GPU side of ``tileflip analyze --measure``: each transpose variant against a same-run copy, beside the model.
 
-For every variant the kernel runs through ``tileflip.ops.transpose(x, out=out, backend=...)`` and is
+For every variant the kernel runs through ``tileflip.transpose(x, out=out, backend=...)`` and is
 timed with ``triton.testing.do_bench(..., return_mode="median")`` (L2 flushed between runs), between
 two timings of ``b.copy_(a)`` over the same bytes; the measured fraction of copy is
 copy time / kernel time. The prediction comes from ``tileflip.analyze.model.analyze`` with the tile,
@@ -63,19 +63,19 @@ def _run(kernel: str, x, out):
 def triton_config(element_size: int):
     """(block, num_warps, group_m, layouts) of the Triton transpose as last launched; None if unknown.
 
-    The launcher keeps every compiled class (``triton_transpose.compiled_kernels()``) keyed by (TileConfig,
-    element size, ...); the compiled kernel carries its TTGIR and cubin, from which the
-    real layouts and registers are read.
+    The launch path keeps every compiled class (``triton_transpose.compiled_kernels()``) keyed by
+    ("transpose", TileConfig, element size, ...); the compiled kernel carries its TTGIR and cubin, from
+    which the real layouts and registers are read.
     """
     try:
         from tileflip.kernels.triton import transpose as triton_transpose
         from tileflip.kernels.triton.layout import layouts_of_compiled, resource_usage
 
-        entries = [(key, k) for key, k in triton_transpose.compiled_kernels().items() if key[1] == element_size]
+        entries = [(key, k) for key, k in triton_transpose.compiled_kernels().items() if key[2] == element_size]
         if not entries:
             return None
         key, compiled = entries[-1]
-        config = key[0]
+        config = key[1]
         layouts = layouts_of_compiled(compiled)
         layouts.update(resource_usage(compiled))
         return (config.block_m, config.block_n), config.num_warps, config.group_m, layouts

@@ -45,6 +45,11 @@ def _check_scale(x: torch.Tensor, scale) -> float | torch.Tensor:
     if isinstance(scale, torch.Tensor):
         check_scalar_tensor(scale, x, "scale", "cast_transpose")
         return scale.resolve_neg()
+    return _scale_value(scale)
+
+
+def _scale_value(scale) -> float:
+    """A scale given as a number, as a Python float, or a named error."""
     if isinstance(scale, bool) or not isinstance(scale, numbers.Real):
         raise TypeError(f"scale must be a real number, a 0-d float32 tensor or None, got {type(scale).__name__}")
     try:
@@ -78,8 +83,13 @@ def cast_transpose(
     Under ``torch.compile`` the call goes through the registered op ``tileflip::cast_transpose``.
     """
     if torch.compiler.is_compiling():
-        value, tensor = (scale, None) if not isinstance(scale, torch.Tensor) else (1.0, scale)
-        value = 1.0 if value is None else value
+        # The schema alone would coerce (True as 1.0) or give the dispatcher's message: the plain-Python
+        # refusals run here, the tensors' in the fake implementation.
+        _check_dtype(dtype)
+        tensor = scale if isinstance(scale, torch.Tensor) else None
+        value = 1.0 if tensor is not None else _scale_value(1.0 if scale is None else scale)
+        _check_flag("transpose", transpose)
+        _check_flag("amax", amax)
         y, y_t, top = torch.ops.tileflip.cast_transpose(x, value, tensor, dtype, transpose, amax)
         return y, (y_t if transpose else None), (top if amax else None)
     return cast_transpose_impl(x, dtype, scale, transpose, amax)

@@ -80,6 +80,7 @@ def quantize(
     """
     mode, given = global_mode(global_scale)
     if torch.compiler.is_compiling():
+        check_call(x, recipe, rowwise, columnwise, scale, scale_layout, mode, given, rule, backend)
         outs = torch.ops.tileflip.quantize(x, recipe, rowwise, columnwise, scale, scale_layout, mode, given, rule,
                                            backend)  # fmt: skip
         kept = (rowwise, rowwise, columnwise, columnwise, recipe == "nvfp4" and mode != "none")

@@ -143,7 +143,7 @@ def _row_bytes(x_ptr, s, rm, rn, M, N, stride_xm, stride_xn, BIAS: tl.constexpr,
     return q, xf.to(tl.int32, bitcast=True)
 
 
-# grid_m and grid_n only decode the program id (see triton_transpose): not worth a specialization.
+# grid_m and grid_n only decode the program id (see kernels/triton/transpose.py): not worth a specialization.
 @triton.jit(do_not_specialize=["grid_m", "grid_n"])
 def cast_transpose_kernel(
     x_ptr,

@@ -5,7 +5,7 @@ ptxas) for a ``GPUTarget("cuda", 90, 32)`` on any machine. The TTGIR names a blo
 (sizePerThread, threadsPerWarp, warpsPerCTA, order) for every tensor; the ones on ``tt.load`` and
 ``tt.store`` are how lanes map to addresses, which is what ``tileflip.analyze`` models.
 
-The kernel compiled is the project's ``tileflip.kernels.triton_transpose.transpose_2d_kernel`` when
+The kernel compiled is the project's ``tileflip.kernels.triton.transpose.transpose_2d_kernel`` when
 it imports, else the local copy below with the same signature.
 """
 

@@ -170,7 +170,7 @@ def launch_looped(x, out, config, programs: int) -> None:
 
 
 def _spec(M: int, N: int, sxm: int, sxn: int, som: int, xp: int, op: int) -> tuple:
-    """Triton's specialization of the integer arguments and pointers (``triton_common.spec_key``) as one
+    """Triton's specialization of the integer arguments and pointers (``launch.spec_key``) as one
     tuple: equal to 1, divisible by 16 (values past int32 need INDEX_64, which is in the key too)."""
     return (M == 1, N == 1, sxm == 1, sxn == 1, som == 1, M & 15 == 0, N & 15 == 0, sxm & 15 == 0, sxn & 15 == 0,
             som & 15 == 0, xp & 15 == 0, op & 15 == 0)  # fmt: skip
