@@ -21,7 +21,22 @@ def use_interpreter_without_gpu() -> str:
     return "cpu"
 
 
-COMMANDS = ("demo", "plan", "analyze", "check", "bench")
+# command -> what it does, one line each (``tileflip --help``)
+COMMANDS = {
+    "demo": "walk a 31x65 transpose tile by tile, then transpose awkward cases exactly (no GPU needed)",
+    "plan": "print the launch plan of a transpose or a permute: grid, tiles, masks, kernel",
+    "analyze": "model a transpose kernel's memory accesses and predict its fraction of copy bandwidth",
+    "check": "run anyone's transpose kernel through adversarial cases and name what is wrong",
+    "bench": "time tileflip against a same-run device copy and its peers on a GPU",
+}
+
+
+def _usage() -> str:
+    width = max(map(len, COMMANDS))
+    lines = ["usage: tileflip COMMAND [options]   (tileflip COMMAND --help for each command's options)", "",
+             "commands:"] + [f"  {name:<{width}}  {what}" for name, what in COMMANDS.items()]  # fmt: skip
+    options = ["", "options:", "  -h, --help  show this message", "  --version   show tileflip's version"]
+    return "\n".join(lines + options)
 
 
 def _run(command: str, argv: list[str]) -> int:
@@ -30,9 +45,19 @@ def _run(command: str, argv: list[str]) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
-        print("usage: tileflip {demo,plan,analyze,check,bench} [options]   (tileflip COMMAND --help for each)")
-        return 0 if argv and argv[0] in ("-h", "--help") else 2
+    if argv and argv[0] == "--version":
+        from tileflip import __version__
+
+        print(f"tileflip {__version__}")
+        return 0
+    if not argv or argv[0] in ("-h", "--help"):
+        print(_usage())
+        return 0 if argv else 2
+    if argv[0] not in COMMANDS:
+        known = ", ".join(COMMANDS)
+        print(f"tileflip: error: unknown command {argv[0]!r}; the commands are {known}\n", file=sys.stderr)
+        print(_usage(), file=sys.stderr)
+        return 2
     try:
         return _run(argv[0], argv[1:]) or 0
     except BrokenPipeError:  # the reader went away (`tileflip plan ... | head`): stop quietly, as other tools do
