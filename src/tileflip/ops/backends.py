@@ -164,14 +164,9 @@ def launch_permute(x, out, p, auto: bool = False) -> None:
             if cuda_permute.params_of(p, go) is not None:
                 cuda_permute.launch(x, out, p, go)
                 return
-    kernels("triton.permute").launch(x, out, p, permute_launch(p, es))
+    kernels("triton.permute").launch(x, out, p, _permute_launch(p, es))
 
 
-def permute_launch(p, element_size: int):
-    """The launch description of permute plan ``p`` (``tuning.permute_launch``, once per plan)."""
-    return _permute_launch(p, element_size)
-
-
-# Worked out once per plan: the policy's Python costs tens of microseconds, a call's whole budget.
+# The launch descriptions, once per plan: the policy's Python costs tens of microseconds, a call's budget.
 _permute_launch = lru_cache(maxsize=256)(tuning.permute_launch)
 _realign_launch = lru_cache(maxsize=256)(tuning.realign_launch)

@@ -16,9 +16,8 @@ import torch
 
 from tileflip import tuning
 from tileflip.ops.backends import kernels
-from tileflip.ops.checks import FLOAT_INPUTS, check_float_matrix, check_scalar_tensor
+from tileflip.ops.checks import check_float_matrix, check_scalar_tensor
 
-INPUT_DTYPES = FLOAT_INPUTS
 FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
 
 

@@ -17,12 +17,11 @@ from typing import NamedTuple
 import torch
 
 from tileflip.ops import quantize_reference as ref
-from tileflip.ops.checks import FLOAT_INPUTS, check_float_matrix, check_scalar_tensor
+from tileflip.ops.checks import check_float_matrix, check_scalar_tensor
 from tileflip.plan import scales
 
 RECIPES = tuple(scales.RECIPES)
 BACKENDS = ("auto", "torch")
-INPUT_DTYPES = FLOAT_INPUTS
 SCALE_KINDS = ("fp32", "ue8m0")
 SCALE_LAYOUTS = ("plain", "blocked")
 RULES = ("floor", "rceil")
