@@ -20,6 +20,7 @@ from helpers import poisoned, random_bits, without_interpreter
 
 from tileflip import tuning
 from tileflip.kernels.triton import cast_transpose as kernels
+from tileflip.kernels.triton import fp8
 from tileflip.kernels.triton import launch as launcher
 from tileflip.ops.cast import cast_transpose
 from tileflip.plan import TileConfig
@@ -582,7 +583,7 @@ def test_cvt_asm_puts_element_j_in_byte_j(dtype):
     """With pack=4, $1..$4 are four consecutive elements and byte j of $0 must be element j's fp8 byte
     (Triton unpacks the result in that order). Values chosen so that every byte differs, and the
     specials (NaN, inf, above fmax, subnormals, -0.0) in each position."""
-    asm = (kernels.CVT_E4M3_ASM if dtype == E4M3 else kernels.CVT_E5M2_ASM).value
+    asm = (fp8.CVT_E4M3_ASM if dtype == E4M3 else fp8.CVT_E5M2_ASM).value
     values = torch.cat([fp8_grid_edges(dtype), special_fp32()])
     values = values[torch.randperm(values.numel(), generator=torch.Generator().manual_seed(13))]
     bits = values.view(torch.int32).tolist()
@@ -601,7 +602,7 @@ def test_words_asm_is_a_4x4_byte_transpose():
     for _ in range(200):
         rows = torch.randint(0, 256, (4, 4), generator=gen)
         words = [sum(int(rows[k, j]) << (8 * j) for j in range(4)) for k in range(4)]
-        out = run_ptx(kernels.WORDS_ASM.value, {f"${4 + k}": words[k] for k in range(4)})
+        out = run_ptx(fp8.WORDS_ASM.value, {f"${4 + k}": words[k] for k in range(4)})
         for j in range(4):
             assert out[f"${j}"] == sum(int(rows[k, j]) << (8 * k) for k in range(4)), (rows, j)
 

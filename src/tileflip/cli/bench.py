@@ -1,8 +1,8 @@
 """``tileflip bench``: time tileflip on the GPU against a same-run copy and its peers; write results files.
 
 The shape suites (``2d``, ``2d-extra``, ``square``, ``permute``, ``permute-random``, ``permute-wide``)
-and ``host`` share one set of options; ``cast``, ``tune``, ``device``, ``distributed`` and ``stability``
-have their own (``tileflip bench --suite cast --help``). Results go to ``<out>/<device>/<suite>.json``.
+and ``host`` share one set of options; ``cast``, ``quantize``, ``tune``, ``device``, ``distributed`` and
+``stability`` have their own (``tileflip bench --suite cast --help``). Results go to ``<out>/<device>/<suite>.json``.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import sys
 from tileflip.cli import parse
 
 SHAPE_SUITES = ("2d", "2d-extra", "square", "permute", "permute-random", "permute-wide")
-OWN_OPTIONS = ("cast", "tune", "device", "distributed", "stability")  # suites with their own options
+OWN_OPTIONS = ("cast", "quantize", "tune", "device", "distributed", "stability")  # suites with their own options
 OUT_HELP = "results root: files go to OUT/<device>/<suite>.json (default benchmarks/results)"
 DEFAULT_OUT = "benchmarks/results"
 
@@ -88,7 +88,7 @@ def _own_suite(argv: list[str]) -> tuple[str | None, list[str]]:
 def main(argv: list[str]) -> int:
     suite, rest = _own_suite(argv)
     if suite is not None:
-        return {"cast": _cast, "tune": _tune, "device": _device, "distributed": _distributed,
+        return {"cast": _cast, "quantize": _quantize, "tune": _tune, "device": _device, "distributed": _distributed,
                 "stability": _stability}[suite](rest, argv)  # fmt: skip
     from tileflip.bench.cases import PEERS, TILEFLIP_BACKENDS
 
@@ -97,7 +97,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--suite", default="2d", choices=[*SHAPE_SUITES, "host", *OWN_OPTIONS],
                    help="a shape suite (permute-wide: random permutes in int8, bf16 and fp32 and layouts of "
                         "real models; split it with --part); 'host' for host time per call of small cases; cast, "
-                        "tune, device, distributed and stability take their own options (tileflip bench "
+                        "quantize, tune, device, distributed and stability take their own options (tileflip bench "
                         "--suite cast --help)")  # fmt: skip
     p.add_argument("--part", type=_part, default=None,
                    help="K/N: run every N-th case from the K-th, merged into the suite's results file")
@@ -155,6 +155,28 @@ def _cast(argv: list[str], whole: list[str]) -> int:
         return 2
     written = cast.run(args.shapes, rounds=args.rounds, quick=args.quick, tiles=args.tiles, out_dir=args.out,
                        command=_command(whole), log=_log)  # fmt: skip
+    for path in written:
+        print(f"wrote {path}")
+    return 0
+
+
+def _quantize(argv: list[str], whole: list[str]) -> int:
+    from tileflip.bench import quantize
+
+    p = argparse.ArgumentParser(prog="tileflip bench --suite quantize",
+                                description="Block-scaled quantization (each recipe; row-wise, column-wise and "
+                                            "both) against torchao's kernels, torch.compile and a same-run "
+                                            "copy.")  # fmt: skip
+    p.add_argument("--shapes", type=_shapes, default=quantize.SHAPES, help="comma-separated MxN of the bf16 input")
+    p.add_argument("--rounds", type=_positive, default=3, help="interleaved rounds per case (default 3)")
+    p.add_argument("--quick", action="store_true",
+                   help="shorter timing: 10 warm-up calls and 40 timed repetitions per figure (else 25 and 100)")
+    p.add_argument("--out", default=DEFAULT_OUT, help=OUT_HELP)
+    args = p.parse_args(argv)
+    if _no_gpu("the quantize benchmark"):
+        return 2
+    written = quantize.run(args.shapes, rounds=args.rounds, quick=args.quick, out_dir=args.out,
+                           command=_command(whole), log=_log)  # fmt: skip
     for path in written:
         print(f"wrote {path}")
     return 0

@@ -2,10 +2,12 @@
 in the layouts the scaled GEMMs read. Recipes ``fp8_1x128`` and ``fp8_128x128`` (DeepSeek-V3's blockwise
 fp8), ``mxfp8`` (1 x 32, e8m0 scales) and ``nvfp4`` (1 x 16, e4m3 scales, optional global scale).
 
-The one backend today is ``"torch"``: the plain-torch reference (``tileflip.ops.quantize_reference``),
-which reads x in several passes; ``"auto"`` runs it. The values are the contract a fused kernel must
-match bit for bit. Not differentiable: an x that requires grad is refused in grad mode. Every refusal
-is a ``TypeError`` or ``ValueError`` naming the argument, raised before any work.
+Backends: ``"triton"``, one kernel that reads x once for both layouts
+(``tileflip.kernels.triton.quantize``), and ``"torch"``, the plain-torch reference
+(``tileflip.ops.quantize_reference``), which reads x once per output. Both give the same bits.
+``"auto"`` runs the kernel wherever it can run: CUDA tensors, and CPU tensors under Triton's
+interpreter. Not differentiable: an x that requires grad is refused in grad mode. Every refusal is a
+``TypeError`` or ``ValueError`` naming the argument, raised before any work.
 Rules and layouts: ``docs/design.md`` (Block-scaled quantization).
 """
 
@@ -16,12 +18,14 @@ from typing import NamedTuple
 
 import torch
 
+from tileflip import tuning
 from tileflip.ops import quantize_reference as ref
+from tileflip.ops.backends import kernels
 from tileflip.ops.checks import check_float_matrix, check_scalar_tensor
 from tileflip.plan import scales
 
 RECIPES = tuple(scales.RECIPES)
-BACKENDS = ("auto", "torch")
+BACKENDS = ("auto", "triton", "torch")
 SCALE_KINDS = ("fp32", "ue8m0")
 SCALE_LAYOUTS = ("plain", "blocked")
 RULES = ("floor", "rceil")
@@ -70,7 +74,8 @@ def quantize(
     ``to_blocked``); ``global_scale`` (nvfp4) ``"auto"`` (max|x| / 2688, from an extra pass over x), a
     0-d fp32 tensor on x's device, or None (single-level scaling); ``rule`` (mxfp8) ``"floor"`` (the
     default, OCP MX v1.0) or ``"rceil"`` (the smallest power of two >= amax / 448). ``backend``:
-    ``"torch"``, or ``"auto"``, which runs it too (the fused kernel is not there yet).
+    ``"triton"`` (one read of x; on the CPU only under TRITON_INTERPRET=1), ``"torch"`` (the plain-torch
+    reference), or ``"auto"``: the kernel where it can run, else the reference; the bits are the same.
 
     Returns ``Quantized(data, scale, data_t, scale_t, global_scale)``, new tensors; None for an output
     not asked for, and ``global_scale`` (0-d fp32: a copy of the given one, or the computed one) only for
@@ -152,18 +157,76 @@ def check_call(x, recipe, rowwise, columnwise, scale, scale_layout, mode, given,
     _check_global(mode, given, x, recipe)
     _check_option("rule", rule, None, recipe, ("mxfp8",), RULES)
     _check_choice("backend", backend, BACKENDS)
+    if backend == "triton" and x.device.type == "cpu" and not _kernels().is_interpreted():
+        raise ValueError("backend='triton' got a CPU tensor, but Triton's interpreter is off: set "
+                         "TRITON_INTERPRET=1 before importing tileflip, or use backend='torch'")  # fmt: skip
     scales.check_sizes(recipe, x.shape[0], x.shape[1], rowwise, columnwise)
+
+
+def _kernels():
+    return kernels("triton.quantize")
+
+
+def runs_kernel(x: torch.Tensor, backend: str) -> bool:
+    """Whether the call runs the fused kernel (``backend`` already checked)."""
+    if backend == "auto":
+        return x.device.type == "cuda" or _kernels().is_interpreted()
+    return backend == "triton"
 
 
 def quantize_impl(x, recipe, rowwise, columnwise, scale, scale_layout, mode, given, rule, backend) -> Quantized:
     """``quantize`` without the dispatcher: checks, then the torch backend (the eager path)."""
     check_call(x, recipe, rowwise, columnwise, scale, scale_layout, mode, given, rule, backend)
     M, K = x.shape
-    lay = scales.layouts(recipe, M, K, rowwise, columnwise, scale_layout == "blocked")
-    outs = _torch_backend(x.resolve_neg(), recipe, rowwise, columnwise, scale == "ue8m0", scale_layout == "blocked",
-                          mode, given, rule or "floor")  # fmt: skip
+    blocked = scale_layout == "blocked"
+    lay = scales.layouts(recipe, M, K, rowwise, columnwise, blocked)
+    x = x.resolve_neg()
+    if runs_kernel(x, backend):
+        if x.device.type == "cuda" and x.device.index != torch.cuda.current_device():
+            with torch.cuda.device(x.device):
+                return _triton_backend(x, recipe, lay, scale == "ue8m0", blocked, mode, given, rule or "floor")
+        return _triton_backend(x, recipe, lay, scale == "ue8m0", blocked, mode, given, rule or "floor")
+    outs = _torch_backend(x, recipe, rowwise, columnwise, scale == "ue8m0", blocked, mode, given, rule or "floor")
     placed = [None if out is None else _place(out, layout) for out, layout in zip(outs[:4], lay)]
     return Quantized(*placed, outs[4])
+
+
+def _global_scale(x: torch.Tensor, mode: str, given) -> torch.Tensor | None:
+    """nvfp4's per-tensor scale: max|x| / 2688 from one extra read of x ("auto"), a copy of the given
+    one, or None."""
+    if mode == "given":
+        return given.clone()
+    if mode != "auto":
+        return None
+    if x.numel() == 0:
+        return ref.nvfp4_global_scale(x)
+    amax = torch.linalg.vector_norm(x, float("inf"), dtype=torch.float32)  # NaN-propagating, no temporary
+    return torch.div(amax, torch.full((), ref.E4M3_MAX * ref.E2M1_MAX, device=x.device))
+
+
+def _triton_backend(x, recipe, lay: scales.Layouts, ue8m0, blocked, mode, given, rule) -> Quantized:
+    """The fused kernel: every output allocated with its layout (blocked scales zeroed where they hold
+    padding), then one launch."""
+    data_dtype, scale_dtype = _output_dtypes(recipe)
+    M, K = x.shape
+    block = scales.RECIPES[recipe].block
+    counts = (0, M * (K // block), 0, K * (M // block))  # scales held by each output (0: data)
+    outs = []
+    for layout, dtype, scale_count in zip(lay, (data_dtype, scale_dtype) * 2, counts):
+        if layout is None:
+            outs.append(None)
+        elif blocked and scale_count and scale_count != layout.shape[0] * layout.shape[1]:
+            outs.append(torch.zeros(layout.shape, dtype=torch.uint8, device=x.device).view(dtype))  # padding
+        else:
+            outs.append(torch.empty_strided(layout.shape, layout.strides, dtype=dtype, device=x.device))
+    global_scale = _global_scale(x, mode, given) if recipe == "nvfp4" else None
+    if x.numel():
+        spec = scales.RECIPES[recipe]
+        rowwise, columnwise = lay.data is not None, lay.data_t is not None
+        tile = tuning.quantize_tile(spec.block, spec.square, rowwise, columnwise)
+        plan = scales.quantize_launch(recipe, M, K, *x.stride(), rowwise, columnwise, blocked, ue8m0, rule, tile)
+        _kernels().launch(x, *outs, global_scale, plan)
+    return Quantized(*outs, global_scale)
 
 
 def _place(value: torch.Tensor, layout: scales.Layout) -> torch.Tensor:

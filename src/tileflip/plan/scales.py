@@ -115,3 +115,75 @@ def layouts(recipe: str, M, K, rowwise: bool, columnwise: bool, blocked: bool) -
         if columnwise:
             data_t, scale_t = _contiguous((K, M // p)), _scale(K, M // b, blocked)
     return Layouts(data, scale, data_t, scale_t)
+
+
+# The kernel's block rules, by recipe and option (``QuantizeLaunch.rule``).
+RULE_FP8, RULE_FLOOR, RULE_RCEIL, RULE_NVFP4 = 0, 1, 2, 3
+
+
+class QuantizeLaunch(NamedTuple):
+    """How the fused quantizer runs on one x: one program per ``block_m`` x ``block_k`` tile, programs in
+    row-major tile order (``grid_m`` x ``grid_k``). ``row_scale_strides`` and ``col_scale_strides`` place
+    scale (row, group) of each output: element strides, or, for the blocked layout, (tiles per row of
+    tiles, 0). ``off64``: some element offset may reach 2**31, so the kernel computes them in int64.
+    ``even``: the tiles cover x exactly, so no load or store needs a mask."""
+
+    rule: int
+    block: int
+    square: bool
+    pack: int
+    ue8m0: bool
+    blocked: bool
+    rowwise: bool
+    columnwise: bool
+    block_m: int
+    block_k: int
+    num_warps: int
+    grid_m: int
+    grid_k: int
+    row_scale_strides: tuple
+    col_scale_strides: tuple
+    off64: bool
+    even: bool
+
+    @property
+    def programs(self) -> int:
+        return self.grid_m * self.grid_k
+
+
+def _scale_strides(layout: Layout | None, blocked: bool, groups: int) -> tuple:
+    if layout is None:
+        return (0, 0)
+    return (cdiv(groups, TILE_COLS), 0) if blocked else layout.strides
+
+
+def quantize_launch(recipe: str, M: int, K: int, stride_xm: int, stride_xk: int, rowwise: bool, columnwise: bool,
+                    blocked: bool, ue8m0: bool, rule: str, tile: tuple) -> QuantizeLaunch:  # fmt: skip
+    """The launch of ``recipe`` on a non-empty (M, K) x with the given strides (sizes already checked),
+    with ``tile`` = (block_m, block_k, num_warps). The tile must hold whole blocks: block_m a multiple of
+    the block where column-wise output is asked for, block_k where row-wise is, both equal to it for
+    the square recipe."""
+    spec = RECIPES[recipe]
+    b = spec.block
+    block_m, block_k, num_warps = tile
+    if spec.square and (block_m != b or block_k != b):
+        raise ValueError(f"recipe {recipe!r} takes a {b}x{b} tile, got {block_m}x{block_k}")
+    if (rowwise and block_k % b) or (columnwise and block_m % b) or block_k % 2 or block_m % 2:
+        raise ValueError(f"a {block_m}x{block_k} tile does not hold whole {b}-element groups of recipe {recipe!r}")
+    lay = layouts(recipe, M, K, rowwise, columnwise, blocked)
+    if recipe == "nvfp4":
+        code = RULE_NVFP4
+    elif recipe == "mxfp8":
+        code = RULE_RCEIL if rule == "rceil" else RULE_FLOOR
+    else:
+        code = RULE_FP8
+    grid_m, grid_k = cdiv(M, block_m), cdiv(K, block_k)
+    pad_m, pad_k = grid_m * block_m - 1, grid_k * block_k - 1
+    top = max(pad_m * abs(stride_xm) + pad_k * abs(stride_xk), pad_m * K + pad_k, pad_k * M + pad_m)
+    return QuantizeLaunch(
+        rule=code, block=b, square=spec.square, pack=spec.pack, ue8m0=ue8m0, blocked=blocked and spec.blocked,
+        rowwise=rowwise, columnwise=columnwise, block_m=block_m, block_k=block_k, num_warps=num_warps,
+        grid_m=grid_m, grid_k=grid_k, row_scale_strides=_scale_strides(lay.scale, blocked, K // b),
+        col_scale_strides=_scale_strides(lay.scale_t, blocked, M // b), off64=top >= 2**31,
+        even=M % block_m == 0 and K % block_k == 0,
+    )  # fmt: skip
