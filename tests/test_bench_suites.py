@@ -440,6 +440,9 @@ STABILITY_REFUSALS = [
     (["--suite", "stability", "--measurements", "0"], "expected a positive integer"),
     (["--suite", "stability", "--part", "1/2"], "unrecognized arguments: --part 1/2"),
     (["--suite", "stability"], "needs a CUDA GPU"),
+    (["--suite", "quantize", "--shapes", "8192by64"], "shape must look like 31x65"),
+    (["--suite", "quantize", "--rounds", "0"], "expected a positive integer"),
+    (["--suite", "quantize"], "needs a CUDA GPU"),
 ]
 
 
@@ -478,3 +481,39 @@ def test_wide_suite_measures_on_the_gpu():
     assert {r["backend"] for r in rows} == {"copy", "auto", "torch-copy"}
     assert all(r["ms"] > 0 for r in rows)
     assert records.medians(rows)
+
+
+# --------------------------------------------------------------------------------------------------
+# quantize
+# --------------------------------------------------------------------------------------------------
+
+
+def test_quantize_bytes_are_the_minimum():
+    """x read once, plus each asked-for output and its unpadded scales written once."""
+    from tileflip.bench import quantize
+
+    M, K = 256, 512
+    assert quantize.min_bytes("fp8_1x128", M, K, 2, True, False) == M * K * 2 + M * K + M * (K // 128) * 4
+    assert quantize.min_bytes("fp8_1x128", M, K, 2, True, True) == M * K * 4 + (M * K // 128) * 8
+    assert quantize.min_bytes("fp8_128x128", M, K, 4, False, True) == M * K * 5 + (M // 128) * (K // 128) * 4
+    assert quantize.min_bytes("mxfp8", M, K, 2, True, True) == M * K * 4 + 2 * (M * K // 32)
+    assert quantize.min_bytes("nvfp4", M, K, 2, True, True) == M * K * 3 + 2 * (M * K // 16)
+
+
+def test_quantize_results_file_reads_back():
+    """The committed results: every case has tileflip's figure, marked exact, beside the same-run copy;
+    the table names each recipe and output set."""
+    from tileflip.bench import quantize
+
+    path = Path(__file__).parent.parent / "benchmarks" / "results" / "h200" / "quantize.json"
+    data = json.loads(path.read_text())
+    assert data["suite"] == "quantize" and data["file"] == "benchmarks/results/h200/quantize.json"
+    rows = data["records"]
+    med = quantize.medians(rows)
+    cases = {k[:3] for k in med}
+    assert {(r, o) for _, r, o in cases} == {(r, o) for r in quantize.RECIPES for o in quantize.OUTPUTS}
+    for case in cases:
+        assert med[(*case, "copy")][1] == 1.0 and (*case, "tileflip") in med and (*case, "torch-compile") in med
+    assert all(r["exact"] for r in rows if r["backend"] == "tileflip")
+    text = quantize.table(rows)
+    assert all(r in text for r in quantize.RECIPES) and "columnwise" in text

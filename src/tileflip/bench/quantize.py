@@ -73,6 +73,8 @@ def _functions(x, recipe: str, outputs: str, options: dict, compiled: dict) -> d
     mode, given = q.global_mode(options.get("global_scale", "auto" if recipe != "nvfp4" else None))
     key = (recipe, outputs)
     if key not in compiled:
+        # Static shapes: with dynamic=True the compiled reference ran at 2-16% of copy, against 22-73% static
+        # (bf16 8192 x 28672, H200). Every case compiles its own graphs, hence the raised recompile limit.
         compiled[key] = torch.compile(functools.partial(q._torch_backend, recipe=recipe, rowwise=rowwise,
                                                         columnwise=columnwise, ue8m0=False, blocked=False,
                                                         mode=mode, rule="floor"), dynamic=False)  # fmt: skip
@@ -97,6 +99,7 @@ def measure(shapes=SHAPES, recipes=RECIPES, rounds: int = 3, quick: bool = False
 
     meta = run_meta()
     records, compiled = [], {}
+    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)  # a graph a case
     for shape in shapes:
         M, K = shape
         gen = torch.Generator(device="cuda").manual_seed(0)
