@@ -31,3 +31,17 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture
 def device():
     return "cuda" if HAS_GPU else "cpu"
+
+
+def pytest_terminal_summary(terminalreporter):
+    """One line on why tests skipped: most need a CUDA GPU (they run with `pytest -m gpu` on one)."""
+    reasons: dict = {}
+    for report in terminalreporter.stats.get("skipped", []):
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        reason = reason.removeprefix("Skipped: ")
+        reasons[reason] = reasons.get(reason, 0) + 1
+    gpu = reasons.pop("needs a CUDA GPU", 0)
+    if gpu:
+        terminalreporter.write_line(f"{gpu} tests need a CUDA GPU: skipped here, run them with `pytest -m gpu` on one")
+    for reason, n in sorted(reasons.items(), key=lambda kv: -kv[1]):
+        terminalreporter.write_line(f"{n} skipped: {reason}")
