@@ -4,21 +4,36 @@
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.tileflip-installed
+BASE_STAMP := $(VENV)/.tileflip-base
+
+# The demo needs the [cuda] extra (cuda-python, NVRTC) only to run the CUDA C++ kernels, which needs a GPU.
+HAS_GPU := $(shell nvidia-smi -L >/dev/null 2>&1 && echo yes)
+DEMO_EXTRAS := $(if $(HAS_GPU),[cuda])
+# One stamp per kind of machine, so that a venv built without a GPU gains the extra once there is one.
+DEMO_STAMP := $(VENV)/.tileflip-demo-$(if $(HAS_GPU),gpu,cpu)
+TEST_STAMP := $(VENV)/.tileflip-test
 
 .PHONY: demo test gpu-test clean
 
-$(STAMP): pyproject.toml
+$(BASE_STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet torch==2.13.0 triton==3.6.0
-	$(PY) -m pip install --quiet -e '.[test,cuda]'
-	touch $(STAMP)
+	touch $(BASE_STAMP)
 
-demo: $(STAMP)
+$(DEMO_STAMP): $(BASE_STAMP)
+	$(PY) -m pip install --quiet -e '.$(DEMO_EXTRAS)'
+	touch $(DEMO_STAMP)
+
+# [cuda] on every machine: without a GPU the tests still compile each .cu file with NVRTC from its wheel.
+$(TEST_STAMP): $(BASE_STAMP)
+	$(PY) -m pip install --quiet -e '.[test,cuda]'
+	touch $(TEST_STAMP)
+
+demo: $(DEMO_STAMP)
 	$(VENV)/bin/tileflip demo
 
-test: $(STAMP)
+test: $(TEST_STAMP)
 	$(PY) -m pytest -q
 
 # On a machine that already has torch and triton with a GPU (no venv, no network):

@@ -512,3 +512,124 @@ def test_column_order_reaches_the_model(group_m):
     assert variant.pid_of(pm, pn).tolist() == list(range(grid.programs))
     report = analyze("triton", (448, 640), "float32", block=(64, 64), num_warps=8, group_m=group_m)
     assert 0 < report.predicted_fraction_of_copy <= 1.0
+
+
+# ---------------------------------------------------------------------------------------------------
+# The command line's Triton tile: the one backend auto runs, unless an option sets it
+# ---------------------------------------------------------------------------------------------------
+
+
+def _cli_json(argv, capsys) -> dict:
+    assert cli_main([*argv, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def _cli_text(argv, capsys) -> str:
+    assert cli_main(argv) == 0
+    return capsys.readouterr().out
+
+
+def test_triton_report_models_the_tile_auto_runs(capsys):
+    from tileflip import explain, tuning
+
+    config = tuning.triton_config(4, (1024, 512), 512)
+    assert tuning.auto_for(1024, 512, 4, 512) == "triton"
+    assert f"tiles {config.block_m}x{config.block_n} " in explain.plan_text((1024, 512))  # what plan prints
+    argv = ["--kernel", "triton", "--shape", "1024x512", "--dtype", "fp32"]
+    payload = _cli_json(argv, capsys)
+    assert payload["block"] == [config.block_m, config.block_n] == [32, 32]
+    assert payload["num_warps"] == config.num_warps
+    choice = payload["tile_choice"]
+    assert choice["modelled_is_auto"] and choice["auto_backend"] == "triton" and choice["tile_options"] == []
+    assert choice["modelled_tile"]["group_m"] == config.group_m
+    same = analyze("triton", (1024, 512), "float32", block=(32, 32), num_warps=config.num_warps,
+                   group_m=config.group_m)
+    assert payload["predicted_fraction_of_copy"] == pytest.approx(same.predicted_fraction_of_copy)
+    head, statement = _cli_text(argv, capsys).splitlines()[:2]
+    assert "tile 32x32" in head
+    assert statement.startswith(f"tile: 32x32, {config.num_warps} warps, group_m {config.group_m}: the tile backend "
+                                "auto runs for this shape and dtype")
+    assert "--block" in statement
+
+
+def test_block_overrides_auto_and_the_output_says_so(capsys):
+    argv = ["--kernel", "triton", "--shape", "1024x512", "--dtype", "fp32", "--block", "64x64"]
+    payload = _cli_json(argv, capsys)
+    assert payload["block"] == [64, 64]
+    choice = payload["tile_choice"]
+    assert not choice["modelled_is_auto"] and choice["tile_options"] == ["--block"]
+    assert choice["auto_triton_tile"]["block"] == [32, 32] and choice["modelled_tile"]["group_m"] == 1
+    text = _cli_text(argv, capsys)
+    assert "tile 64x64" in text.splitlines()[0]
+    assert "tile: 64x64, 8 warps, group_m 1: from --block, not the tile backend auto runs" in text
+    assert "(32x32, 8 warps, group_m -1" in text
+    # Options that name auto's own tile are said to be it.
+    text = _cli_text([*argv[:-1], "32x32", "--num-warps", "8", "--group-m", "-1"], capsys)
+    assert "from --block, --num-warps, --group-m, the same as the tile backend auto runs" in text
+
+
+@pytest.mark.parametrize("shape,dtype,itemsize,runs", [
+    ((8192, 8191), "int8", 1, "cuda-vec"),  # rows of 8191 bytes: the unaligned class
+    ((4096, 8), "bf16", 2, "cuda-naive"),
+    ((1024, 4), "fp32", 4, "triton-gather"),
+])
+def test_a_shape_auto_runs_elsewhere_names_that_kernel(shape, dtype, itemsize, runs, capsys):
+    from tileflip import tuning
+
+    M, N = shape
+    assert tuning.auto_for(M, N, itemsize, N) == runs  # the committed table's choice
+    argv = ["--kernel", "triton", "--shape", f"{M}x{N}", "--dtype", dtype, "--sample", "64"]
+    payload = _cli_json(argv, capsys)
+    config = tuning.triton_config(itemsize, shape, N)
+    assert payload["block"] == [config.block_m, config.block_n] and payload["num_warps"] == config.num_warps
+    assert payload["tile_choice"]["auto_backend"] == runs and not payload["tile_choice"]["modelled_is_auto"]
+    auto_line, tile_line = _cli_text(argv, capsys).splitlines()[1:3]
+    assert auto_line.startswith(f"auto: backend auto on a CUDA tensor runs {runs} for this shape and dtype")
+    assert "this model is of the Triton tile kernel, which backend='triton' runs" in auto_line
+    assert tile_line.startswith(f"tile: {config.block_m}x{config.block_n}, {config.num_warps} warps")
+    assert "the tile backend='triton' runs" in tile_line
+
+
+def test_a_call_cuda_vec_refuses_is_auto_running_the_triton_tile(capsys):
+    pytest.importorskip("torch")
+    # A transposed view: its columns are not adjacent, so auto leaves the table's cuda-vec for the Triton tile.
+    payload = _cli_json(["--kernel", "triton", "--shape", "8192x8191", "--dtype", "int8", "--strides", "1,8192",
+                         "--sample", "64"], capsys)
+    choice = payload["tile_choice"]
+    assert choice["auto_table_choice"] == "cuda-vec" and choice["auto_backend"] == "triton"
+    assert choice["modelled_is_auto"]
+    assert "the table names cuda-vec, which cannot take this call: x's columns must be adjacent" in (
+        choice["statement"][-1])
+
+
+def test_other_kernels_carry_no_tile_statement(capsys):
+    payload = _cli_json(["--kernel", "all", "--shape", "256x256"], capsys)
+    assert [("tile_choice" in r) for r in payload["reports"]] == [k == "triton" for k in KERNELS]
+
+
+@pytest.mark.parametrize("argv,option", [
+    (["--kernel", "triton", "--block", "48x64"], "--block"),
+    (["--kernel", "triton", "--block", "2048x1024"], "--block"),
+    (["--kernel", "naive", "--block", "32x32"], "--block"),
+    (["--kernel", "triton", "--num-warps", "64"], "--num-warps"),
+    (["--kernel", "tiled", "--num-warps", "4"], "--num-warps"),
+    (["--kernel", "triton", "--group-m", "-4"], "--group-m"),
+    (["--kernel", "triton", "--threads", "32x8"], "--threads"),
+    (["--kernel", "tiled", "--threads", "32x5"], "--threads"),
+    (["--threads", "0x16"], "--threads"),
+    (["--strides=-1,1"], "--strides"),
+    (["--sample", "-3"], "--sample"),
+    (["--device", "{tmp}/missing.json"], "--device"),
+    (["--png", "{tmp}"], "--png"),
+    (["--png", "{tmp}/file/x.png"], "--png"),
+])
+def test_bad_arguments_are_refused_by_name_before_anything_is_written(argv, option, tmp_path, capsys):
+    (tmp_path / "file").write_text("")
+    png = tmp_path / "out.png"
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
+    with pytest.raises(SystemExit) as exit_info:
+        cli_main(["--shape", "64x64", *argv, *([] if "--png" in argv else ["--png", str(png)])])
+    assert exit_info.value.code == 2
+    out, err = capsys.readouterr()
+    assert out == "" and not png.exists()
+    assert f"argument {option}: " in err.strip().splitlines()[-1]

@@ -376,6 +376,50 @@ def test_exceptions_are_reported_with_their_message():
     assert any("deliberate failure for a 64x64 input" in m for m in messages)
 
 
+# Reads x with row stride M, the output's row length, instead of x.stride(0): a read fault, not a store fault.
+INPUT_ROW_STRIDE_M = """
+import torch
+
+
+def input_row_stride_m(x, out):
+    M, N = x.shape
+    out.copy_(torch.as_strided(x, (M, N), (M, 1)).t())
+"""
+
+
+def test_case_hints_name_the_input_when_the_summary_does(tmp_path):
+    """On 300x2 the one value of x that lands inside x fits a wrong output row stride (151): the case's hint
+    must still say what the summary says, that x was read with the wrong strides."""
+    path = tmp_path / "input_row_stride.py"
+    path.write_text(INPUT_ROW_STRIDE_M)
+    report = runner.check(f"{path}:input_row_stride_m", only=["normal", "non-square"])
+    assert not report.passed
+    assert [h["key"] for h in report.hints()] == ["input-strides"], report.text()
+    thin = next(o for o in report.outcomes if (o.case.M, o.case.N) == (300, 2))
+    assert not thin.passed and thin.hypotheses[0].key == "input-strides", failing_summary(report)
+    assert report.case_hints()[thin.case.id].key == "input-strides"
+    text = report.text(show=10)
+    case_lines = [line for line in text.splitlines() if line.startswith("    hint: ")]
+    assert len(case_lines) == sum(not o.passed for o in report.outcomes)
+    assert all(line.startswith("    hint: input strides:") for line in case_lines), text
+    assert "output's row stride" not in text and "300x2 float32 contiguous, out[j, i] holds" in text
+    for case in report.to_json()["cases"]:
+        if case["status"] == "fail":
+            assert case["hint"]["key"] == case["hints"][0]["key"] == "input-strides", case
+
+
+def test_case_hints_agree_with_the_summary(shipped_reports):
+    """Every failing case's own hint is one the summary names, in the text and in the JSON."""
+    for name, report in shipped_reports.items():
+        summary = {h["key"] for h in report.hints()}
+        chosen = report.case_hints()
+        for o in report.outcomes:
+            assert o.passed or chosen[o.case.id].key in summary, (name, o.case.label)
+        for case in report.to_json()["cases"]:
+            if case["status"] == "fail":
+                assert case["hint"]["key"] in summary and case["hints"][0]["key"] == case["hint"]["key"], name
+
+
 def test_unread_strides_are_named():
     report = runner.check(misc("stride_blind"))
     assert report.categories()["non-contiguous"]["status"] == "fail"
@@ -500,6 +544,8 @@ def test_cli_score_text(capsys):
 def test_cli_refuses_what_it_cannot_check(capsys):
     assert cli([misc("no_such_function"), "--only", "normal"]) == 2
     assert "no attribute 'no_such_function'" in capsys.readouterr().err
+    assert cli([misc("WRAP_LIMIT"), "--only", "normal"]) == 2
+    assert "misc.py:WRAP_LIMIT is not a function" in capsys.readouterr().err
     assert cli([misc("right"), "--dtypes", "float128"]) == 2
     assert "dtype must be a torch dtype name" in capsys.readouterr().err
     assert cli([misc("right"), "--dtypes", "fp32,bool"]) == 2
@@ -510,6 +556,41 @@ def test_cli_refuses_what_it_cannot_check(capsys):
     assert "--block sides must be positive" in capsys.readouterr().err
     assert cli([misc("right"), "--timeout", "nan"]) == 2
     assert "--timeout must be a positive number" in capsys.readouterr().err
+
+
+def test_cli_help_states_the_target_contract(capsys):
+    assert cli(["--help"]) == 0
+    out = capsys.readouterr().out
+    assert "def my_transpose(x, out):" in out and "out.copy_(x.t())" in out
+    assert "def my_transpose(x): ..." in out and "out[j, i] = x[i, j]" in out
+    assert "an M x N tensor, any strides" in out and "a contiguous N x M tensor" in out
+
+
+# argv after the target (None: the target itself is the bad input), what the error must name.
+BAD_ARGUMENTS = [
+    (["no_colon_here"], None, "argument target: a target is path/to/file.py:function"),
+    (["tests/wrong/no_such_file.py:f"], None, "argument target: no such file"),
+    (["--block", "32"], "--block", "argument --block: block must look like 32x32"),
+    (["--block", "0x32"], "--block", "--block sides must be positive"),
+    (["--large", "4x0"], "--large", "--large sides must be positive"),
+    (["--timeout", "soon"], "--timeout", "argument --timeout: invalid float value"),
+    (["--timeout", "-1"], "--timeout", "--timeout must be a positive number"),
+    (["--show", "-1"], "--show", "--show must be 0 or more"),
+    (["--only", "normal,tails"], "--only", "argument --only: unknown categories ['tails']"),
+    (["--form", "sideways"], "--form", "argument --form: invalid choice: 'sideways'"),
+    (["--device", "tpu"], "--device", "argument --device: invalid choice: 'tpu'"),
+    (["--dtypes", "bool"], "--dtypes", "argument --dtypes: dtype bool cannot be checked"),
+]
+
+
+@pytest.mark.parametrize("argv,option,message", BAD_ARGUMENTS, ids=[" ".join(a) for a, _, _ in BAD_ARGUMENTS])
+def test_cli_bad_arguments_name_the_argument(capsys, argv, option, message):
+    """Refused while parsing, before any child starts: status 2, one error line naming the argument."""
+    assert cli(argv if option is None else [misc("right"), *argv]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    error = captured.err.strip().splitlines()[-1]
+    assert error.startswith("tileflip check: error: ") and message in error, captured.err
 
 
 def test_the_checker_process_imports_no_triton():

@@ -29,3 +29,93 @@ def test_unknown_command_is_named(argv, capsys):
 def test_no_command_prints_the_usage_and_fails(capsys):
     assert main([]) == 2
     assert "commands:" in capsys.readouterr().out
+
+
+# --------------------------------------------------------------------------------------------------
+# tileflip plan: the specialization codes explained, and refusals that name the option with a valid value
+# --------------------------------------------------------------------------------------------------
+
+
+def plan_refusal(argv, capsys, tmp_path, monkeypatch) -> str:
+    """Run ``tileflip plan`` on bad options: status 2, nothing on stdout or on disk; its error line."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as stop:
+        main(["plan", *argv])
+    assert stop.value.code == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and list(tmp_path.iterdir()) == []
+    assert "Traceback" not in captured.err
+    return captured.err.strip().splitlines()[-1]
+
+
+@pytest.mark.parametrize("shape", ["31x65", "4096x1", "4294967296x1"])
+def test_plan_explains_the_specialization_codes(shape, capsys):
+    from tileflip import plan
+
+    assert main(["plan", "--shape", shape, "--programs", "0"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("Triton specialization class: "))
+    M, N = map(int, shape.split("x"))
+    printed = {"/".join(filter(None, plan.specialization_class(v))) for v in (M, N)}
+    assert all(f"={code}" in lines[at] for code in printed)
+    key = " ".join(lines[at + 1 : at + 3])  # the two lines under the class, once
+    for code in ("i32 = fits in 32 bits", "i64 = needs 64", "D = divisible by 16", "constexpr/1 = equal to 1"):
+        assert code in key
+    assert "one kernel per class" in key
+    assert sum("divisible by 16" in line for line in lines) == 1
+
+
+def test_plan_of_a_permute_prints_no_class_and_no_key(capsys):
+    """A permute's plan has no class line (the flat and tile kernels take their own arguments), so no key."""
+    assert main(["plan", "--shape", "8x4096x32x128", "--perm", "0,2,1,3", "--dtype", "bf16"]) == 0
+    out = capsys.readouterr().out
+    assert "specialization class" not in out and "divisible by 16" not in out
+
+
+def test_plan_shape_error_shows_shapes_not_a_permutation(capsys, tmp_path, monkeypatch):
+    error = plan_refusal(["--shape", "31by65"], capsys, tmp_path, monkeypatch)
+    assert "argument --shape" in error and "31x65" in error and "8x4096x32x128" in error
+    assert "0,2,1,3" not in error and "'31by65'" in error
+
+
+def test_plan_perm_error_shows_a_permutation(capsys, tmp_path, monkeypatch):
+    error = plan_refusal(["--shape", "8x4096x32x128", "--perm", "0;2;1;3"], capsys, tmp_path, monkeypatch)
+    assert "argument --perm" in error and "0,2,1,3" in error and "'0;2;1;3'" in error
+    error = plan_refusal(["--shape", "8x4x3", "--perm", "0,0,1"], capsys, tmp_path, monkeypatch)
+    assert "argument --perm" in error and "such as 0,2,1" in error and "got 0,0,1" in error
+
+
+# bad options, the option the error names, and the valid value it shows
+PLAN_REFUSALS = [
+    (["--shape", "31by65"], "--shape", "31x65"),
+    (["--shape=-8x4"], "--shape", "31x65"),
+    (["--shape", "7"], "--shape", "31x65"),
+    (["--shape", "8x4096x32x128"], "--shape", "--perm 0,2,1,3"),
+    (["--shape", "1x2x3x4x5x6x7x8x9", "--perm", "0,1,2,3,4,5,6,7,8"], "--shape", "8x4096x32x128"),
+    (["--shape", "8x4x3", "--perm", "0,1"], "--perm", "0,2,1"),
+    (["--shape", "8x4x3", "--perm=-4,0,1"], "--perm", "0,2,1"),
+    (["--shape", "8x4x3", "--perm", "0,x,1"], "--perm", "0,2,1,3"),
+    (["--shape", "31x65", "--block", "3by3"], "--block", "32x32"),
+    (["--shape", "31x65", "--block", "33x32"], "--block", "32x32"),
+    (["--shape", "31x65", "--block", "4096x4096"], "--block", "32x32"),
+    (["--shape", "31x65", "--dtype", "nope"], "--dtype", "bfloat16"),
+    (["--shape", "31x65", "--programs", "x"], "--programs", "12"),
+    (["--shape", "31x65", "--programs", "-1"], "--programs", "12"),
+]
+
+
+@pytest.mark.parametrize("argv,option,example", PLAN_REFUSALS, ids=[" ".join(a) for a, _, _ in PLAN_REFUSALS])
+def test_plan_refusals_name_the_option_and_a_valid_value(argv, option, example, capsys, tmp_path, monkeypatch):
+    error = plan_refusal(argv, capsys, tmp_path, monkeypatch)
+    assert error.startswith("tileflip plan: error: ") and option in error and example in error, error
+    if option != "--perm":  # only a permutation's error shows a permutation
+        assert "0,2,1,3" not in error or "--perm 0,2,1,3" in error, error
+
+
+def test_plan_examples_in_errors_are_accepted(capsys):
+    """The values the refusals offer are themselves valid."""
+    for argv in (["--shape", "31x65", "--block", "32x32", "--programs", "12"],
+                 ["--shape", "8x4096x32x128", "--perm", "0,2,1,3"],
+                 ["--shape", "8x4x3", "--perm", "0,2,1"]):  # fmt: skip
+        assert main(["plan", *argv]) == 0
+    assert capsys.readouterr().out

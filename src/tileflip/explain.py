@@ -47,6 +47,7 @@ def plan_text(shape, *, block=None, dtype="float32", programs=12) -> str:
     lines.append(
         "Triton specialization class: " + ", ".join(f"{k}={'/'.join(filter(None, v))}" for k, v in keys.items())
     )
+    lines += SPECIALIZATION_KEY
     lines.append("")
     lines.append(
         f"{'program':>8} {'tile':>10} {'input rows':>12} {'input cols':>12} {'kept':>8} {'masked':>7}   writes output"
@@ -57,6 +58,13 @@ def plan_text(shape, *, block=None, dtype="float32", programs=12) -> str:
     if grid.programs > programs:
         lines.append(f"... {grid.programs - programs} more programs (--programs N lists more)")
     return "\n".join(lines)
+
+
+# what the codes of the class line mean (``plan.specialization_class``), printed under it
+SPECIALIZATION_KEY = [
+    "       (Triton compiles one kernel per class and reuses it for every shape of the class. Per integer argument:",
+    "       i32 = fits in 32 bits, i64 = needs 64; D = divisible by 16; constexpr/1 = equal to 1, compiled in)",
+]
 
 
 # where auto leaves the table's CUDA C++ kernel for the Triton tile (``tileflip.ops.backends.auto_kernel``)

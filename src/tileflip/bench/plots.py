@@ -9,6 +9,23 @@ from pathlib import Path
 from tileflip.bench.cases import PEERS, TILEFLIP_BACKENDS
 from tileflip.bench.records import load_records, medians
 
+# One fixed colour per backend, distinct across every tileflip backend and peer, so that a backend keeps
+# its colour from plot to plot and no two share one (matplotlib's default cycle repeats after 10).
+BACKEND_COLORS = {
+    "auto": "#1f77b4",
+    "triton": "#2ca02c",
+    "triton-gather": "#98df8a",
+    "cuda-naive": "#ff9896",
+    "cuda-tiled": "#d62728",
+    "cuda-tiled-nopad": "#ff7f0e",
+    "cuda-vec": "#9467bd",
+    "torch-contiguous": "#7f7f7f",
+    "torch-copy": "#c7c7c7",
+    "torch-compile": "#8c564b",
+    "cupy": "#e377c2",
+    "xla": "#17becf",
+}
+
 
 def draw(path, out_dir=None) -> list[str]:
     """Plots of a results file's transposes or permutes, in ``out_dir`` (default: the file's folder)."""
@@ -18,34 +35,43 @@ def draw(path, out_dir=None) -> list[str]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    med = medians(records)
-    permutes = any(r["op"] == "permute" for r in records)
     stem = Path(out_dir or Path(path).parent) / Path(path).stem
     if out_dir:
         Path(out_dir).mkdir(parents=True, exist_ok=True)
     written = []
-    for dtype in sorted({d for _, d, _ in med}):
-        shapes = sorted({s for s, d, _ in med if d == dtype}, key=lambda s: -_numel(s))
-        backends = [b for b in [*TILEFLIP_BACKENDS, *PEERS] if any(k[1] == dtype and k[2] == b for k in med)]
-        fig, ax = plt.subplots(figsize=(max(8, 1.3 * len(shapes)), 4.5))
-        width = 0.8 / max(len(backends), 1)
-        for i, b in enumerate(backends):
-            values = [med.get((s, dtype, b), (0, 0, 0))[2] * 100 for s in shapes]
-            ax.bar([j + i * width for j in range(len(shapes))], values, width, label=b)
-        ax.axhline(100, color="black", lw=0.8, ls="--")
-        ax.set_xticks([j + 0.4 - width / 2 for j in range(len(shapes))], [_label(s) for s in shapes],
-                      rotation=30, ha="right", fontsize=7 if permutes else None)  # fmt: skip
-        ax.set_ylabel("% of same-run device copy")
-        gpu = records[0]["gpu"]
-        what = "N-D permute" if permutes else "2-D transpose"
-        ax.set_title(f"{what}, {dtype}, {gpu} (median of rounds; copy = 100%)")
-        ax.legend(fontsize=7, ncol=2)
-        fig.tight_layout()
+    for dtype in sorted({k[1] for k in medians(records)}):
+        fig = figure(records, dtype)
         out = f"{stem}-{dtype}.png"
         fig.savefig(out, dpi=110)
         plt.close(fig)
         written.append(out)
     return written
+
+
+def figure(records: list[dict], dtype: str):
+    """The bar chart of one dtype's records: each backend's fraction of copy per case, in its own colour,
+    with the legend outside the axes to the right so that it covers no bar."""
+    import matplotlib.pyplot as plt
+
+    med = {k: v for k, v in medians(records).items() if k[1] == dtype}
+    permutes = any(r["op"] == "permute" for r in records)
+    shapes = sorted({s for s, _, _ in med}, key=lambda s: -_numel(s))
+    backends = [b for b in [*TILEFLIP_BACKENDS, *PEERS] if any(k[2] == b for k in med)]
+    # constrained layout makes room for a legend placed "outside"; the figure widens by the legend's column
+    fig, ax = plt.subplots(figsize=(max(8, 1.3 * len(shapes)) + 1.8, 4.5), layout="constrained")
+    width = 0.8 / max(len(backends), 1)
+    for i, b in enumerate(backends):
+        values = [med.get((s, dtype, b), (0, 0, 0))[2] * 100 for s in shapes]
+        ax.bar([j + i * width for j in range(len(shapes))], values, width, label=b, color=BACKEND_COLORS[b])
+    ax.axhline(100, color="black", lw=0.8, ls="--")
+    ax.set_xticks([j + 0.4 - width / 2 for j in range(len(shapes))], [_label(s) for s in shapes],
+                  rotation=30, ha="right", fontsize=7 if permutes else None)  # fmt: skip
+    ax.set_ylabel("% of same-run device copy")
+    what = "N-D permute" if permutes else "2-D transpose"
+    ax.set_title(f"{what}, {dtype}, {records[0]['gpu']} (median of rounds; copy = 100%)")
+    if backends:
+        fig.legend(loc="outside right upper", fontsize=7, title="backend", title_fontsize=8)
+    return fig
 
 
 def draw_if_possible(path, log=print) -> list[str]:

@@ -66,8 +66,11 @@ def _choose_device(requested: str) -> str:
     return requested
 
 
-def load_target(ref: str):
-    """The callable named by ``path/to/file.py:function`` or ``package.module:function``."""
+def split_target(ref: str) -> tuple[str, str | None, str]:
+    """``(module, file, function)`` of a target; ``file`` is the absolute path for a file target, else None.
+
+    Raises ValueError for a malformed target and FileNotFoundError for a missing file; imports nothing,
+    so the command line can refuse such a target before starting a child."""
     module_part, sep, attr = ref.rpartition(":")
     if not sep or not module_part or not attr:
         raise ValueError(f"a target is path/to/file.py:function or package.module:function, got {ref!r}")
@@ -75,6 +78,14 @@ def load_target(ref: str):
         path = os.path.abspath(module_part)
         if not os.path.isfile(path):
             raise FileNotFoundError(f"no such file: {path}")
+        return module_part, path, attr
+    return module_part, None, attr
+
+
+def load_target(ref: str):
+    """The callable named by ``path/to/file.py:function`` or ``package.module:function``."""
+    module_part, path, attr = split_target(ref)
+    if path:
         name = "tileflip_check_target_" + re.sub(r"\W", "_", os.path.splitext(os.path.basename(path))[0])
         # The file's folder goes on the path so that it can import its neighbours, as a script would.
         sys.path.insert(0, os.path.dirname(path))
@@ -88,7 +99,7 @@ def load_target(ref: str):
     for part in attr.split("."):
         obj = getattr(obj, part)
     if not callable(obj):
-        raise TypeError(f"{ref} is a {type(obj).__name__}, not a function")
+        raise TypeError(f"{ref} is not a function but an object of type {type(obj).__name__}")
     return obj
 
 

@@ -69,6 +69,12 @@ def _tile_candidates(block: tuple[int, int] | None, axis: int) -> list[int]:
     return [2**k for k in range(1, 11)]
 
 
+def _read_outside(seen: Seen) -> int:
+    """Wrong output elements holding a value from x's buffer outside its elements: only a wrong read puts them there."""
+    _, slot = seen.decoded()
+    return int((seen.wrong.reshape(-1) & (slot != -1)).sum())
+
+
 def _leading_dimension(seen: Seen) -> list[Hypothesis]:
     """Values of x placed at j*L + i for one L != M: the output row stride (leading dimension) is wrong."""
     M, N = seen.case.M, seen.case.N
@@ -88,14 +94,17 @@ def _leading_dimension(seen: Seen) -> list[Hypothesis]:
     if not strides.size:
         return []
     L = int(strides[counts.argmax()])
-    score = counts.max() / moved.sum()
+    # A store with the wrong row stride moves x's values but cannot bring in values from outside x:
+    # those are a read fault, so they count against this pitfall.
+    score = counts.max() / (moved.sum() + _read_outside(seen))
     k = np.flatnonzero(moved)[np.flatnonzero(implied == L)[0]]
     ei, ej, ep = int(i[k]), int(j[k]), int(p[k])
     name = " (= N, the input's row length)" if L == N else (" (= x.stride(0))" if L == seen.strides[0] else "")
+    fix = "col*M+row, not col*N+row" if L == N else f"col*M+row, not col*{L}+row"
     text = (
         f"leading dimension: in {seen.case.label}, x[{ei}, {ej}] was written at out flat {ep} = {ej}*{L} + {ei}, "
         f"not {ej}*{M} + {ei}: the output's row stride is {L}{name} instead of M = {M}; the output index must be "
-        f"col*M+row, not col*N+row"
+        f"{fix}"
     )
     return [Hypothesis("leading-dimension", "N" if L == N else "other", float(score), text)]
 
@@ -112,7 +121,8 @@ def _leading_dimension_predicted(seen: Seen) -> list[Hypothesis]:
     if not keep.any():
         return []
     observed = np.concatenate([seen.region.reshape(-1), seen.after])[p[keep]]
-    score = float((observed == seen.enc.codes(i[keep] * N + j[keep])).mean())
+    matched = (observed == seen.enc.codes(i[keep] * N + j[keep])).sum()
+    score = float(matched / (keep.sum() + _read_outside(seen)))  # as in _leading_dimension: reads are not stores
     text = (
         f"leading dimension: in {seen.case.label}, the values sit where an output row stride of N = {N} puts them, "
         f"not M = {M}: the output index must be col*M+row, not col*N+row"
@@ -137,10 +147,16 @@ def _input_strides(seen: Seen) -> list[Hypothesis]:
         # Scored over every wrong element: a read bug leaves nothing unwritten, so all must be explained.
         share = (read_at == seen.x_offset + i * a + j * c).sum() / seen.wrong.sum()
         if share >= CONSISTENT:
+            if (a, c) == (N, 1):
+                why = "as if x were a contiguous M x N block, which a view is not"
+            elif (a, c) == (M, 1):
+                why = f"x's row stride taken as M = {M}, the output's row length"
+            else:
+                why = "x's two strides exchanged"
             text = (
                 f"input strides: in {seen.case.label}, out[j, i] holds what lies at x.data_ptr() + i*{a} + j*{c}: "
-                f"x was read with strides ({a}, {c}) instead of x.stride() = ({s0}, {s1}); use the input's strides, "
-                f"a view is not laid out as a contiguous M x N block"
+                f"x was read with strides ({a}, {c}) instead of x.stride() = ({s0}, {s1}), {why}; the load must "
+                f"use the input's strides, x + row*x.stride(0) + col*x.stride(1)"
             )
             found.append(Hypothesis("input-strides", (a, c) == (N, 1), float(share), text))
     return found
@@ -376,24 +392,31 @@ def _ident(h: Hypothesis) -> tuple:
     return (h.key, None if h.key in per_case else h.param)
 
 
-def aggregate_hints(outcomes: list[Outcome]) -> list[dict]:
+def cover(outcomes: list[Outcome]) -> tuple[list[dict], dict[int, Hypothesis]]:
     """Greedy cover: name the pitfall that explains most failing cases, then the one that explains most of the
-    rest, and so on; ties go to the pitfall with fewer free parameters (PRIORITY)."""
+    rest, and so on; ties go to the pitfall with fewer free parameters (PRIORITY).
+
+    Returns the hints and, per failing case id, the hypothesis of the hint that covers it: a case's own
+    hint is taken from there, so that it never names another pitfall than the summary does for it."""
     support: dict[tuple, dict[int, Hypothesis]] = {}
     for o in outcomes:
         for h in [] if o.passed else o.hypotheses:
             support.setdefault(_ident(h), {}).setdefault(o.case.id, h)
-    hints, covered = [], set()
+    hints, chosen = [], {}
     while support:
 
         def fresh(ident):
-            return [cid for cid in support[ident] if cid not in covered]
+            return [cid for cid in support[ident] if cid not in chosen]
 
         best = min(support, key=lambda ident: (-len(fresh(ident)), PRIORITY.index(ident[0])))
         ids = fresh(best)
         if not ids:
             break
         hints.append({"key": best[0], "cases": len(ids), "text": support[best][ids[0]].text})
-        covered.update(ids)
-    return hints
+        chosen.update((cid, support[best][cid]) for cid in ids)
+    return hints, chosen
 
+
+def aggregate_hints(outcomes: list[Outcome]) -> list[dict]:
+    """The hints of ``cover``: the pitfalls that explain a target's failing cases, most cases first."""
+    return cover(outcomes)[0]

@@ -11,7 +11,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from tileflip.check.cases import Case
-from tileflip.check.diagnose import Outcome, aggregate_hints
+from tileflip.check.diagnose import Hypothesis, Outcome, cover
 from tileflip.check.evidence import counts_text, mismatch_text
 
 EDGE_CATEGORIES = ("boundary", "non-square", "non-contiguous")
@@ -58,7 +58,11 @@ class Report:
         return table
 
     def hints(self) -> list[dict]:
-        return aggregate_hints(self.outcomes)
+        return cover(self.outcomes)[0]
+
+    def case_hints(self) -> dict[int, Hypothesis]:
+        """Per failing case id, the hypothesis of the summary's hint that covers that case."""
+        return cover(self.outcomes)[1]
 
     def score(self) -> dict:
         """The correctness score: whole-tile shapes 2 points (category normal passes), edge shapes 1 point
@@ -76,6 +80,7 @@ class Report:
         }
 
     def to_json(self) -> dict:
+        hints, chosen = cover(self.outcomes)
         data = {
             "target": self.target,
             "form": self.info.form,
@@ -87,8 +92,8 @@ class Report:
             "seconds": round(self.seconds, 3),
             "passed": self.passed,
             "categories": self.categories(),
-            "hints": self.hints(),
-            "cases": [_outcome_json(o) for o in self.outcomes],
+            "hints": hints,
+            "cases": [_outcome_json(o, chosen.get(o.case.id)) for o in self.outcomes],
         }
         if self.scored:
             data["score"] = self.score()
@@ -132,6 +137,7 @@ class Report:
 
     def _failure_lines(self, failing: list[Outcome], show: int) -> list[str]:
         lines, per_category = [], Counter()
+        chosen = self.case_hints()
         for o in failing:
             per_category[o.case.category] += 1
             if per_category[o.case.category] > show:
@@ -142,7 +148,10 @@ class Report:
                 lines += [f"    {mismatch_text(row)}" for row in o.mismatches[:5]]
             elif o.message:
                 lines += [f"    {line}" for line in o.message.strip().splitlines()[-8:]]
-            lines += [f"    hint: {h.text}" for h in o.hypotheses[:1] if h.key not in ("exception", "crash", "timeout")]
+            # The summary's pitfall for this case, not the case's own first guess: the two must agree.
+            h = chosen.get(o.case.id)
+            if h is not None and h.key not in ("exception", "crash", "timeout"):
+                lines.append(f"    hint: {h.text}")
         return lines
 
     def _score_lines(self) -> list[str]:
@@ -156,7 +165,9 @@ class Report:
         ]
 
 
-def _outcome_json(o: Outcome) -> dict:
+def _outcome_json(o: Outcome, chosen: Hypothesis | None) -> dict:
+    # The summary's pitfall for the case comes first among its hints.
+    ordered = sorted(o.hypotheses, key=lambda h: h is not chosen)
     return {
         "id": o.case.id,
         "category": o.case.category,
@@ -169,5 +180,6 @@ def _outcome_json(o: Outcome) -> dict:
         "message": o.message,
         "counts": o.counts,
         "mismatches": o.mismatches,
-        "hints": [{"key": h.key, "score": round(h.score, 4), "text": h.text} for h in o.hypotheses],
+        "hint": {"key": chosen.key, "text": chosen.text} if chosen else None,
+        "hints": [{"key": h.key, "score": round(h.score, 4), "text": h.text} for h in ordered],
     }

@@ -8,6 +8,7 @@ import sys
 
 from tileflip.check import runner
 from tileflip.check.cases import CATEGORIES, INT32_LIMIT, LARGE_SHAPE, encoding
+from tileflip.check.child import split_target
 from tileflip.cli import parse
 
 
@@ -22,6 +23,15 @@ def _checkable_dtypes(text: str) -> list[str]:
     return names
 
 
+def _target(text: str) -> str:
+    """The target as given, once its form is right and its file exists: refused here, no child is started."""
+    try:
+        split_target(text)
+    except (ValueError, FileNotFoundError) as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    return text
+
+
 def _categories(text: str) -> list[str]:
     names = [c.strip() for c in text.split(",")]
     unknown = [c for c in names if c not in CATEGORIES]
@@ -30,13 +40,31 @@ def _categories(text: str) -> list[str]:
     return names
 
 
+# Must say what tileflip.check.child does with a target (resolve_form picks the form, _Run.call calls it).
+CONTRACT = """\
+the target: a function in path/to/file.py or in an importable module, called once per case, e.g.
+  def my_transpose(x, out):  # x: an M x N tensor, any strides (views too); out: a contiguous N x M tensor
+      out.copy_(x.t())       # of x's dtype and device: write out[j, i] = x[i, j], nothing else, not x
+  def my_transpose(x): ...   # or return a new N x M tensor y of x's dtype, y[j, i] = x[i, j]
+Two positional parameters select f(x, out) (--form out), one selects f(x) -> y (--form return); the
+f(x, out) form is the stricter check: writes outside out are seen. Without a GPU x lies on the CPU and
+Triton kernels run in Triton's interpreter.
+
+  tileflip check path/to/my_kernels.py:my_transpose --dtypes fp32,bf16 --block 32x32
+"""
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="tileflip check",
-        description="Run a transpose f(x) -> y or f(x, out) through adversarial inputs and name the indexing pitfall "
-        "behind any failure. Exit status 0 only when every case passes.",
+        description="Run a transpose f(x, out) or f(x) -> y through adversarial inputs and name the indexing\n"
+        "pitfall behind any failure. Exit status 0 only when every case passes, 1 when one fails, 2 when\n"
+        "the arguments or the target cannot be used.",
+        epilog=CONTRACT,
+        # Keeps the contract's code lines as written.
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("target", help="path/to/file.py:function or package.module:function")
+    p.add_argument("target", type=_target, help="path/to/file.py:function or package.module:function (see below)")
     p.add_argument(
         "--dtypes",
         type=_checkable_dtypes,

@@ -9,12 +9,14 @@ from tileflip.cli import use_interpreter_without_gpu
 
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(
-        prog="tileflip demo", description="Walk a 31x65 transpose tile by tile, then transpose awkward cases exactly."
+        prog="tileflip demo",
+        description="Walk a 31x65 transpose tile by tile, then check tileflip.transpose bit for bit on awkward "
+        "inputs (float32, bfloat16, int8).",
     )
     p.add_argument("--png", default="tileflip-demo-tiles.png", help="where to save the tile-grid picture")
-    p.add_argument("--quick", action="store_true", help="fewer dtypes")
+    p.add_argument("--all-dtypes", action="store_true", help="also float8_e4m3fn, float64, complex64 and bool (slower)")
     args = p.parse_args(argv)
     device = use_interpreter_without_gpu()
     from tileflip import demo
 
-    return demo.run(device, png=args.png, quick=args.quick)
+    return demo.run(device, png=args.png, all_dtypes=args.all_dtypes)

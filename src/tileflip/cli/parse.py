@@ -6,15 +6,20 @@ import argparse
 
 from tileflip.plan.dtypes import dtype_name
 
+# A valid value of each pair option, for its errors: the shape 31x65 would be a refused tile (sides are
+# powers of two) and more threads than a CUDA block holds (1024); --large's is tileflip check's default.
+PAIR_EXAMPLES = {"shape": "31x65", "block": "32x32", "threads": "32x8", "large": "65537x32769"}
+
 
 def pair(text: str, what: str = "shape") -> tuple[int, int]:
-    """'31x65' -> (31, 65)."""
+    """'31x65' -> (31, 65); ``what`` names the value in errors, which show a valid one."""
+    example = PAIR_EXAMPLES.get(what, "31x65")
     try:
         a, b = (int(v) for v in text.lower().split("x"))
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{what} must look like 31x65, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"{what} must look like {example}, got {text!r}") from None
     if a < 0 or b < 0:
-        raise argparse.ArgumentTypeError(f"{what} must be non-negative, got {text!r}")
+        raise argparse.ArgumentTypeError(f"{what} must be non-negative, such as {example}, got {text!r}")
     return a, b
 
 
@@ -25,7 +30,7 @@ def shape(text: str) -> tuple[int, ...]:
     except ValueError:
         raise argparse.ArgumentTypeError(f"shape must look like 31x65 or 8x4096x32x128, got {text!r}") from None
     if any(v < 0 for v in values):
-        raise argparse.ArgumentTypeError(f"shape must be non-negative, got {text!r}")
+        raise argparse.ArgumentTypeError(f"shape must be non-negative, such as 31x65 or 8x4096x32x128, got {text!r}")
     return values
 
 
@@ -35,6 +40,17 @@ def perm(text: str) -> tuple[int, ...]:
         return tuple(int(v) for v in text.split(",")) if text else ()
     except ValueError:
         raise argparse.ArgumentTypeError(f"perm must look like 0,2,1,3, got {text!r}") from None
+
+
+def count(text: str, what: str, example: int) -> int:
+    """'12' -> 12: a whole number, 0 or more."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{what} must be a whole number such as {example}, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{what} must be 0 or more, such as {example}, got {text!r}")
+    return value
 
 
 def dtype(text: str) -> str:
