@@ -26,7 +26,7 @@ def test_every_figure_in_the_readme_table_is_on_the_performance_page():
     block = readme[readme.index(performance.BEGIN) : readme.index(performance.END)]
     page = (ROOT / "docs" / "performance.md").read_text()
     figures = re.findall(r"\d+\.\d%", block)
-    assert len(figures) == 3 * len(performance.HEADLINE)
+    assert len(figures) >= 2 * len(performance.HEADLINE)  # tileflip and torch.compile in every row
     assert all(f in page for f in figures)
 
 

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 import torch
 import torch._dynamo.testing
+from helpers import without_interpreter
 
 import tileflip
 from tileflip.ops import quantize_reference as ref
@@ -672,8 +673,13 @@ def check_kernel(x: torch.Tensor, recipe: str, device, **options) -> None:
     assert_same_results(got, quantize_ref(x, recipe, **options))
 
 
-@pytest.mark.parametrize("side", list(SIDES))
-@pytest.mark.parametrize("dtype", DTYPES)
+# Every input dtype with both outputs; the single output sets (other tiles, other code paths) in bf16: the
+# conversion of x to fp32 is shared by every path.
+SIDE_DTYPES = [pytest.param("both", d, id=f"both-{n}") for d, n in ((BF16, "bf16"), (FP16, "fp16"), (FP32, "fp32"))]
+SIDE_DTYPES += [pytest.param(side, BF16, id=f"{side}-bf16") for side in ("row", "col")]
+
+
+@pytest.mark.parametrize("side, dtype", SIDE_DTYPES)
 @pytest.mark.parametrize("recipe, index", KERNEL_CASES, ids=[f"{r}-{i}" for r, i in KERNEL_CASES])
 def test_kernel_matches_the_reference(recipe, index, dtype, side, device):
     """Special blocks (zeros, subnormals, inf, NaN, ties, the dtype's max, tiny values) and sizes off the
@@ -721,6 +727,26 @@ def test_kernel_int64_offsets(device):
     kernel.launch(base.as_strided(x.shape, x.stride(), x.storage_offset()), *outs, None, plan._replace(off64=True))
     for a, b in zip(outs, quantize_ref(x, "mxfp8", columnwise=True)):
         assert_bytes(a.cpu(), b)
+
+
+@without_interpreter
+def test_kernel_code_divides_exactly_on_every_gpu():
+    """The compiled kernel never uses Triton's approximate division (div.full.f32) nor flushes
+    denormals; the hardware e4m3 conversion appears only where the GPU has it (sm_89 and later: HW 2;
+    an A100, sm_80, gets HW 1 and the integer conversion)."""
+    import re
+
+    from tileflip import tuning
+    from tileflip.kernels.triton import quantize as kernel
+
+    for recipe in RECIPES:
+        spec = scales.RECIPES[recipe]
+        tile = tuning.quantize_tile(spec.block, spec.square, True, True)
+        plan = scales.quantize_launch(recipe, 1024, 2048, 2048, 1, True, True, False, False, "floor", tile)
+        for arch, hw in ((90, 2), (80, 1)):
+            ptx = kernel.compile_for_target(BF16, plan, arch=arch, hw=hw, global_scale=recipe == "nvfp4").asm["ptx"]
+            assert "div.full" not in ptx and not re.search(r"\.ftz", ptx), (recipe, arch)
+            assert ("cvt.rn.satfinite.e4m3x2" in ptx) == (hw == 2), (recipe, arch)
 
 
 def test_plan_picks_int64_offsets_past_2_31():

@@ -17,6 +17,20 @@ ROOT = Path(__file__).resolve().parents[3]
 PAGE = ROOT / "docs" / "performance.md"
 RESULTS = ROOT / "benchmarks" / "results"
 
+# What a reader needs to read a suite's table, beyond the method.
+NOTES = {
+    "permute-random": "Forty random permutes of ranks 3 to 6 in int8, bf16 and fp32, 64 to 512 MiB each.",
+    "quantize": "Row-wise, column-wise or both outputs; torchao's figure for both is its two kernels back to back. "
+                "torch.compile compiles tileflip's plain-torch reference, one static graph a case.",
+    "host": "Host time of one call on the CPU, in microseconds, with its parts measured alone.",
+    "distributed": "Milliseconds per call on two GPUs over NCCL. `all_to_all_single` is the bare collective on the "
+                   "same bytes (`-remote`: only the bytes that cross GPUs), `deepspeed` DeepSpeed's Ulysses "
+                   "all-to-all; `tileflip-pack`, `tileflip-unpack` and `tileflip-own` time tileflip's pieces "
+                   "alone (the local kernels and the rank's own block). A tileflip call is its pack, the "
+                   "collective and its unpack, so it takes longer than the bare collective; design.md "
+                   "(Distributed) has the breakdown.",
+}
+
 # (folder, suite, title, what one figure is)
 SUITES = [
     ("h200", "2d", "2-D transposes", "fraction of copy"),
@@ -115,7 +129,7 @@ def render(results: Path = RESULTS) -> str:
         kind = suite if suite in ("quantize", "distributed", "host") else "cases"
         out += [f"## {title}", "", f"Device {data.get('gpu', folder)}, {data.get('date', '')}: "
                 f"`{data.get('command', '')}` wrote `benchmarks/results/{folder}/{suite}.json`. "
-                f"Each cell: {unit}.", ""]  # fmt: skip
+                f"Each cell: {unit}." + (f" {NOTES[suite]}" if suite in NOTES else ""), ""]  # fmt: skip
         out += table(data["records"], kind, unit)
         longer = [f"{other}-" for _, other, _, _ in SUITES if other.startswith(f"{suite}-")]
         plots = sorted(p.name for p in (results / folder).glob(f"{suite}-*.png")
@@ -137,7 +151,9 @@ HEADLINE = [
     ("permute", (((64, 256, 56, 56), (0, 2, 3, 1)), "float16"), "permute fp16 NCHW→NHWC (64,256,56,56)"),
     ("cast", ((16384, 16384), "bfloat16"), "fp8 cast-transpose bf16 16384×16384"),
     ("quantize", ((8192, 28672), "fp8_1x128", "rowwise"), "quantize fp8 1×128 row-wise, bf16 8192×28672"),
+    ("quantize", ((8192, 28672), "fp8_1x128", "both"), "quantize fp8 1×128 both layouts, bf16 8192×28672"),
     ("quantize", ((8192, 28672), "fp8_128x128", "both"), "quantize fp8 128×128 both layouts, bf16 8192×28672"),
+    ("quantize", ((8192, 28672), "nvfp4", "both"), "quantize nvfp4 both layouts, bf16 8192×28672"),
 ]
 README = ROOT / "README.md"
 BEGIN = "<!-- headline table: python -m tileflip.bench.performance writes it from the results files -->"
@@ -163,8 +179,9 @@ def headline(results: Path = RESULTS) -> str:
         cells = loaded[suite][key]
         mine = cells.get("auto", cells.get("tileflip"))
         others = {b: v for b, v in cells.items() if b in (*PEERS, "torch-eager", "torchao") and b != "torch-compile"}
-        best = max(others, key=others.get)
-        lines.append(f"| {label} | {mine:.1%} | {cells['torch-compile']:.1%} | {best} {others[best]:.1%} |")
+        best = max(others, key=others.get) if others else None
+        other = f"{best} {others[best]:.1%}" if best else "none measured"
+        lines.append(f"| {label} | {mine:.1%} | {cells['torch-compile']:.1%} | {other} |")
     return "\n".join(lines)
 
 

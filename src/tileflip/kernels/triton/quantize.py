@@ -3,9 +3,11 @@
 One program owns one BLOCK_M x BLOCK_K tile of x and reads it once. From the tile in registers it
 writes the row-wise output (groups of B along K) and the column-wise output (groups of B along M,
 stored transposed), each with its block scales, in the arithmetic of ``tileflip.ops.quantize_reference``
-bit for bit. Block maxima are integer maxima of the fp32 bit patterns with the sign cleared, so a NaN
-wins on every device. Divisions are IEEE (``div.rn.f32`` on the GPU, where Triton's ``/`` is an
-approximation). Rules: ``docs/design.md`` (Block-scaled quantization).
+bit for bit. Where the column-wise output is asked for, the tile is read as four row sets (rows 4i + k)
+so that its transpose moves 32-bit words. Block maxima are integer maxima of the fp32 bit patterns with
+the sign cleared, so a NaN wins on every device. Divisions are IEEE on every device (inline PTX on the
+GPU, where Triton's ``/`` is an approximation). Rules and measurements: ``docs/design.md``
+(Block-scaled quantization).
 """
 
 from __future__ import annotations
@@ -75,9 +77,9 @@ def _fp8_multiplier(amax, HW: tl.constexpr):
 @triton.jit
 def _e4m3(y, HW: tl.constexpr):
     """e4m3 bytes (uint8) of ``clamp(y, +-448)``, rounded to nearest even, NaN as 0x7F. The GPU's fp32
-    arithmetic gives NaN as the positive 0x7FFFFFFF, which the hardware conversion writes as 0x7F; the
-    interpreter's keeps a sign."""
-    if HW:
+    arithmetic gives NaN as the positive 0x7FFFFFFF, which the hardware conversion (HW == 2) writes as
+    0x7F; the interpreter's keeps a sign."""
+    if HW == 2:
         return fp32_to_fp8_hw(y, 3)
     else:
         q = fp32_to_fp8_bits(y, 7, 3, 0x43E00000).to(tl.uint8)
@@ -140,7 +142,7 @@ def _block_scale(top, gs, inv_gs, RULE: tl.constexpr, UE8M0: tl.constexpr, GLOBA
         if GLOBAL:
             block = _div(block, tl.full(amax.shape, 0.0, tl.float32) + gs, HW)
         clamped = tl.minimum(tl.maximum(block, 0.015625), 448.0)
-        if HW:
+        if HW == 2:
             u = clamped.to(tl.int32, bitcast=True)
             s8 = tl.inline_asm_elementwise(CVT_ONE_ASM, "=r,r", [u], dtype=tl.int32, is_pure=True, pack=1)
         else:
@@ -364,9 +366,12 @@ def is_interpreted() -> bool:
     return _INTERPRETED
 
 
-def _has_hw(x: torch.Tensor) -> bool:
-    # Inline PTX (cvt.rn.satfinite to e4m3, sm_89+; div.rn.f32) runs on the GPU only.
-    return not _INTERPRETED and x.is_cuda and torch.cuda.get_device_capability(x.device) >= (8, 9)
+def _hw_level(x: torch.Tensor) -> int:
+    """The kernel's HW: 0 in the interpreter; on a GPU 1 (inline PTX for IEEE division and reciprocals), 2
+    where the GPU also converts fp32 to e4m3 in hardware (compute capability 8.9 and later)."""
+    if _INTERPRETED or not x.is_cuda:
+        return 0
+    return 2 if torch.cuda.get_device_capability(x.device) >= (8, 9) else 1
 
 
 def launch(x, data, scale, data_t, scale_t, global_scale, plan: QuantizeLaunch) -> None:
@@ -375,7 +380,7 @@ def launch(x, data, scale, data_t, scale_t, global_scale, plan: QuantizeLaunch) 
     has checked every argument; ``global_scale`` is a 0-d fp32 tensor on x's device or None."""
     M, K = x.shape
     sxm, sxk = x.stride()
-    hw = _has_hw(x)
+    hw = _hw_level(x)
     outs = [None if t is None else (as_uint(t).view(torch.int32) if t.dtype == torch.float32 else as_uint(t))
             for t in (data, scale, data_t, scale_t)]  # fmt: skip
     if data_t is not None:
@@ -401,9 +406,9 @@ def launch(x, data, scale, data_t, scale_t, global_scale, plan: QuantizeLaunch) 
 _TRITON_DTYPE = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
 
 
-def compile_for_target(x_dtype, plan: QuantizeLaunch, *, arch: int = 90, global_scale: bool = False):
+def compile_for_target(x_dtype, plan: QuantizeLaunch, *, arch: int = 90, global_scale: bool = False, hw: int = 2):
     """Compile the kernel of ``plan`` ahead of time for ``sm_<arch>`` without a GPU, for a contiguous x
-    (i32 sizes and strides divisible by 16) and the hardware conversions, in a process without the
+    (i32 sizes and strides divisible by 16) at HW level ``hw`` (``_hw_level``), in a process without the
     interpreter. Returns triton's compiled kernel (``asm["ptx"]``, ``metadata``)."""
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -419,7 +424,7 @@ def compile_for_target(x_dtype, plan: QuantizeLaunch, *, arch: int = 90, global_
     ints = ["M", "K", "stride_xm", "grid_k", "row_scale_m", "row_scale_g", "col_scale_k", "col_scale_g"]
     constexprs = {"stride_xk": 1, "RULE": p.rule, "B": p.block, "SQUARE": p.square, "PACK": p.pack,
                   "UE8M0": p.ue8m0, "GLOBAL": global_scale, "BLOCKED": p.blocked, "ROWWISE": p.rowwise,
-                  "COLWISE": p.columnwise, "HW": True, "OFF64": p.off64, "EVEN": p.even, "BLOCK_M": p.block_m,
+                  "COLWISE": p.columnwise, "HW": hw, "OFF64": p.off64, "EVEN": p.even, "BLOCK_M": p.block_m,
                   "BLOCK_K": p.block_k}  # fmt: skip
     signature = pointers | dict.fromkeys(ints, "i32") | dict.fromkeys(constexprs, "constexpr")
     names = fn.arg_names
