@@ -20,7 +20,7 @@ import torch
 
 from tileflip import tuning
 from tileflip.ops import quantize_reference as ref
-from tileflip.ops.backends import kernels
+from tileflip.ops.backends import kernels, on_device_of
 from tileflip.ops.checks import check_float_matrix, check_scalar_tensor
 from tileflip.plan import scales
 
@@ -182,9 +182,6 @@ def quantize_impl(x, recipe, rowwise, columnwise, scale, scale_layout, mode, giv
     lay = scales.layouts(recipe, M, K, rowwise, columnwise, blocked)
     x = x.resolve_neg()
     if runs_kernel(x, backend):
-        if x.device.type == "cuda" and x.device.index != torch.cuda.current_device():
-            with torch.cuda.device(x.device):
-                return _triton_backend(x, recipe, lay, scale == "ue8m0", blocked, mode, given, rule or "floor")
         return _triton_backend(x, recipe, lay, scale == "ue8m0", blocked, mode, given, rule or "floor")
     outs = _torch_backend(x, recipe, rowwise, columnwise, scale == "ue8m0", blocked, mode, given, rule or "floor")
     placed = [None if out is None else _place(out, layout) for out, layout in zip(outs[:4], lay)]
@@ -209,8 +206,8 @@ def _triton_backend(x, recipe, lay: scales.Layouts, ue8m0, blocked, mode, given,
     padding), then one launch."""
     data_dtype, scale_dtype = _output_dtypes(recipe)
     M, K = x.shape
-    block = scales.RECIPES[recipe].block
-    counts = (0, M * (K // block), 0, K * (M // block))  # scales held by each output (0: data)
+    spec = scales.RECIPES[recipe]
+    counts = (0, M * (K // spec.block), 0, K * (M // spec.block))  # scales held by each output (0: data)
     outs = []
     for layout, dtype, scale_count in zip(lay, (data_dtype, scale_dtype) * 2, counts):
         if layout is None:
@@ -221,11 +218,10 @@ def _triton_backend(x, recipe, lay: scales.Layouts, ue8m0, blocked, mode, given,
             outs.append(torch.empty_strided(layout.shape, layout.strides, dtype=dtype, device=x.device))
     global_scale = _global_scale(x, mode, given) if recipe == "nvfp4" else None
     if x.numel():
-        spec = scales.RECIPES[recipe]
         rowwise, columnwise = lay.data is not None, lay.data_t is not None
         tile = tuning.quantize_tile(spec.block, spec.square, rowwise, columnwise)
         plan = scales.quantize_launch(recipe, M, K, *x.stride(), rowwise, columnwise, blocked, ue8m0, rule, tile)
-        _kernels().launch(x, *outs, global_scale, plan)
+        on_device_of(x, _kernels().launch, x, *outs, global_scale, plan)
     return Quantized(*outs, global_scale)
 
 

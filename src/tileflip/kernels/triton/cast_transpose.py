@@ -21,7 +21,7 @@ import triton.language as tl
 
 from tileflip.kernels.dtypes import as_uint
 from tileflip.kernels.triton import launch as launcher
-from tileflip.kernels.triton.fp8 import FORMATS, fp32_to_fp8_bits, fp32_to_fp8_hw, words_hw
+from tileflip.kernels.triton.fp8 import FORMATS, fp32_to_fp8_bits, fp32_to_fp8_hw, has_hw_cvt, words_hw
 from tileflip.kernels.triton.launch import is_interpreted_kernel, spec_key
 from tileflip.plan.grid import TileConfig, cdiv, transpose_grid
 
@@ -187,7 +187,7 @@ def launch(x, y, y_t, partials, scale, dtype, config: TileConfig, *, hw_cvt: boo
         raise ValueError(f"config.group_m must be >= 0 (row, column or row-band order), got {config.group_m}")
     if hw_cvt is None:
         hw_cvt = uses_hw_cvt(x.device)
-    elif hw_cvt and not (x.is_cuda and _has_hw_cvt(x.device.index)):
+    elif hw_cvt and not (x.is_cuda and has_hw_cvt(x.device.index)):
         raise ValueError(f"hw_cvt=True needs a CUDA GPU of compute capability 8.9 or later, x is on {x.device}")
     M, N = x.shape
     sxm, sxn = x.stride()
@@ -235,22 +235,11 @@ def needs_offsets_64(M: int, N: int, stride_xm: int, stride_xn: int, config: Til
     return top >= 2**31
 
 
-_hw_cvt_by_device: dict = {}
-
-
-def _has_hw_cvt(device: int) -> bool:
-    # cvt.rn.satfinite.{e4m3x2,e5m2x2}.f32 exists from sm_89 (Ada) on.
-    has = _hw_cvt_by_device.get(device)
-    if has is None:
-        has = _hw_cvt_by_device[device] = torch.cuda.get_device_capability(device) >= (8, 9)
-    return has
-
-
 def uses_hw_cvt(device) -> bool:
     """Whether ``launch`` converts with the hardware's instruction by default on ``device``: on CUDA
     GPUs that have it; never in the interpreter (inline PTX cannot run there)."""
     device = torch.device(device)
-    return not _INTERPRETED and device.type == "cuda" and _has_hw_cvt(device.index)
+    return not _INTERPRETED and device.type == "cuda" and has_hw_cvt(device.index)
 
 
 # One int32 per call for the atomic amax, each 0 until its kernel runs: slots are handed out of zeroed

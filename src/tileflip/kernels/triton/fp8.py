@@ -108,3 +108,15 @@ def words_hw(q0, q1, q2, q3):
     return tl.inline_asm_elementwise(
         WORDS_ASM, "=r,=r,=r,=r,r,r,r,r", [q0, q1, q2, q3], dtype=tl.int32, is_pure=True, pack=4
     )
+
+
+_hw_cvt_by_device: dict = {}
+
+
+def has_hw_cvt(device: int) -> bool:
+    """Whether CUDA GPU ``device`` has cvt.rn.satfinite.{e4m3x2,e5m2x2}.f32 (sm_89, Ada, and later);
+    cached, since launches ask on every call."""
+    has = _hw_cvt_by_device.get(device)
+    if has is None:
+        has = _hw_cvt_by_device[device] = torch.cuda.get_device_capability(device) >= (8, 9)
+    return has

@@ -18,11 +18,9 @@ import triton.language as tl
 
 from tileflip.kernels.dtypes import as_uint
 from tileflip.kernels.triton import launch as launcher
-from tileflip.kernels.triton.fp8 import FORMATS, fp32_to_fp8_bits, fp32_to_fp8_hw, words_hw
+from tileflip.kernels.triton.fp8 import fp32_to_fp8_bits, fp32_to_fp8_hw, has_hw_cvt, words_hw
 from tileflip.kernels.triton.launch import is_interpreted_kernel, spec_key
 from tileflip.plan.scales import QuantizeLaunch
-
-E4M3_BIAS, E4M3_MAN, E4M3_MAX_BITS = FORMATS[torch.float8_e4m3fn]
 
 DIV_ASM = tl.constexpr("div.rn.f32 $0, $1, $2;")
 RCP_ASM = tl.constexpr("rcp.approx.f32 $0, $1;")
@@ -371,7 +369,7 @@ def _hw_level(x: torch.Tensor) -> int:
     where the GPU also converts fp32 to e4m3 in hardware (compute capability 8.9 and later)."""
     if _INTERPRETED or not x.is_cuda:
         return 0
-    return 2 if torch.cuda.get_device_capability(x.device) >= (8, 9) else 1
+    return 2 if has_hw_cvt(x.device.index) else 1
 
 
 def launch(x, data, scale, data_t, scale_t, global_scale, plan: QuantizeLaunch) -> None:
