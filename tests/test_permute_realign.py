@@ -1,6 +1,9 @@
-"""The CUDA kernel for 1-byte permutes whose output rows start at any byte (kernels/cuda/permute_realign.cu):
-which launches it takes (``tuning.realign_launch``), its parameters checked by an emulation of its
-addressing on the CPU, and exact bits on the GPU."""
+"""The CUDA kernel for 1-byte permutes whose rows start at any byte (kernels/cuda/permute_realign.cu): the
+launches it can take (``tuning.realign_candidate``), the strategy model that chooses it
+(``tuning.realign_launch``), its addressing emulated on the CPU (output pieces, and the shifted input
+loads), and exact bits on the GPU."""
+
+import random
 
 import pytest
 import torch
@@ -9,58 +12,84 @@ from helpers import assert_bits_equal, poisoned, random_bits
 import tileflip
 from tileflip import plan, tuning
 from tileflip.kernels.cuda import permute as cuda_permute
-from tileflip.plan.launch import REALIGN_TILE
+from tileflip.plan.launch import REALIGN_TILE, realign_axes
+from tileflip.plan.permute import contiguous_strides
 
-# (shape, dims) of int8 permutes the kernel takes: the suite's case at a smaller size (A of 1008 bytes: a
-# tail tile of 48), a batch of one dimension, a batch of two
+# (shape, dims) of int8 permutes the kernel can take: a batch of none, one and two dimensions; input rows
+# of 966 bytes (pieces off 16-byte boundaries); a 2-D transpose with odd sides
 TAKEN = [
     ((3, 13, 11, 7, 42, 24), (5, 4, 2, 3, 1, 0)),
     ((3, 9, 250, 2048), (0, 3, 1, 2)),
     ((3, 2, 9, 250, 1024), (1, 0, 4, 2, 3)),
+    ((3, 13, 11, 7, 42, 23), (5, 4, 2, 3, 1, 0)),
+    ((300, 1201), (1, 0)),
 ]
 
 
 def _plan(shape, dims, element_size=1):
-    strides = tuple(torch.empty(shape).stride()) if shape else ()
-    return plan.plan_permute(tuple(shape), strides, tuple(dims), element_size)
+    return plan.plan_permute(tuple(shape), contiguous_strides(shape), tuple(dims), element_size)
 
 
 @pytest.mark.parametrize("shape, dims", TAKEN)
-def test_the_kernel_takes_long_odd_output_rows_of_bytes(shape, dims):
+def test_the_kernel_can_take_rows_at_any_byte(shape, dims):
     p = _plan(shape, dims)
-    go = tuning.realign_launch(p, 1)
-    assert go is not None and go.vec[0] == 16 and go.vec[1] < 16
-    assert cuda_permute.params_of(p, go) is not None
+    go = tuning.realign_candidate(p, 1)
+    assert go is not None and cuda_permute.params_of(p, go) is not None
+    sizes, strides = p.sizes, p.in_strides
+    run = 1
+    for d in go.a_dims:  # A: one input run from the stride-1 dimension
+        assert strides[d] == run
+        run *= sizes[d]
+    assert go.b_dims == tuple(range(len(sizes) - 1, len(sizes) - 1 - len(go.b_dims), -1))  # B: one output run
+    assert sorted(go.a_dims + go.b_dims + go.batch_dims) == list(range(len(sizes)))
 
 
-def test_the_suite_case_takes_it():
-    assert tuning.realign_launch(_plan((11, 39, 29, 21, 42, 24), (5, 4, 2, 3, 1, 0)), 1) is not None
+def test_axis_a_grows_to_a_multiple_of_16_bytes():
+    # input rows of 408 bytes are not a multiple of 16; with the next input dimension they are 816
+    sizes, strides = (2, 408, 24300), (408, 1, 816)
+    assert realign_axes(sizes, strides, 256, 1024) == ((1, 0), (2,), ())
+    assert realign_axes(sizes, strides, 256, 1024, align=8) == ((1,), (2,), (0,))
 
 
 @pytest.mark.parametrize(
     "shape, dims, element_size, why",
     [
-        ((5, 37, 9, 40000), (0, 3, 2, 1), 1, "output rows of 333 bytes: below REALIGN_MIN_B"),
         ((3, 13, 11, 7, 42, 24), (5, 4, 2, 3, 1, 0), 2, "2-byte elements"),
-        ((9, 1003, 48, 64), (0, 3, 2, 1), 1, "output rows 16-byte aligned: Triton stores 16-byte vectors"),
-        ((3, 70, 37, 48), (0, 3, 1, 2), 1, "axis A folds a second dimension: not one input run"),
-        ((3, 13, 11, 7, 42, 23), (5, 4, 2, 3, 1, 0), 1, "input rows of 966 bytes: pieces off 16-byte boundaries"),
-        ((3, 4096, 24), (0, 2, 1), 1, "the inner dimension kept is no transposed tile"),
+        ((3, 4096, 24), (0, 1, 2), 1, "nothing to transpose"),
+        ((40, 24, 4096), (1, 0, 2), 1, "the output's fastest dimension is the input's"),
     ],
 )  # fmt: skip
-def test_the_kernel_leaves_other_launches_to_triton(shape, dims, element_size, why):
-    p = _plan(shape, dims, element_size)
-    assert p.kind != "tiles" or tuning.realign_launch(p, element_size) is None, why
+def test_the_kernel_cannot_take(shape, dims, element_size, why):
+    assert tuning.realign_candidate(_plan(shape, dims, element_size), element_size) is None, why
 
 
-def test_output_rows_shorter_than_the_minimum_stay_with_triton():
-    p = _plan(*TAKEN[0])
-    go = tuning.realign_launch(p, 1)
-    size_b = 1
-    for d in go.b_dims:
-        size_b *= p.sizes[d]
-    assert tuning.realign_launch(p, 1, min_b=size_b) is not None
-    assert tuning.realign_launch(p, 1, min_b=size_b + 1) is None
+@pytest.mark.parametrize(
+    "shape, dims, chosen, why",
+    [
+        ((29, 3212, 1200), (2, 0, 1), True, "Triton moves 1-byte vectors; the kernel's tiles full"),
+        ((3477, 25308, 6), (1, 2, 0), True, "odd rows on both sides, the kernel's tiles nearly full"),
+        ((8, 28, 23, 36, 14, 50), (3, 4, 5, 1, 2, 0), False, "Triton moves 16-byte vectors on both sides"),
+        ((5, 30, 9, 4001), (0, 3, 2, 1), False, "B of 9 bytes: the kernel's tile mostly empty"),
+    ],
+)  # fmt: skip
+def test_the_strategy_model_picks_the_larger_prediction(shape, dims, chosen, why):
+    p = _plan(shape, dims)
+    fractions = tuning.strategy_fractions(p, 1)
+    assert set(fractions) == {"tile", "realign"}
+    assert (fractions["realign"] > fractions["tile"]) == chosen, why
+    assert (tuning.realign_launch(p, 1) is not None) == chosen, why
+
+
+def test_the_model_reads_fill_and_alignment():
+    p = _plan((29, 3212, 1200), (2, 0, 1))
+    go = tuning.realign_candidate(p, 1)
+    assert tuning.realign_aligned(p, go)
+    tiles_b, tiles_a = go.grid
+    expected = 1200 / (tiles_a * REALIGN_TILE[0]) * (29 * 3212) / (tiles_b * REALIGN_TILE[1])
+    assert tuning.realign_fill(p, go) == pytest.approx(expected)
+    assert tuning.strategy_fractions(p, 1)["realign"] == pytest.approx(tuning.REALIGN_FRACTION[True] * expected)
+    odd = _plan((29, 3212, 1201), (2, 0, 1))
+    assert not tuning.realign_aligned(odd, tuning.realign_candidate(odd, 1))
 
 
 def _decode(i, sizes, strides):
@@ -76,7 +105,7 @@ def _emulated(p, out_address: int) -> torch.Tensor:
     """The input offset of every output byte as the kernel's blocks write it, worked out from the
     launcher's parameters as its blocks do (block order, tiles, row tables, pieces from the row start's
     misalignment); -1 where no block writes, and a byte written twice fails."""
-    params, blocks = cuda_permute.params_of(p, tuning.realign_launch(p, 1, min_b=1))
+    params, blocks, _ = cuda_permute.params_of(p, tuning.realign_candidate(p, 1))
     f = {name: getattr(params, name) for name, _ in cuda_permute._Params._fields_}
     ta, step = REALIGN_TILE
     a_dec = (f["a_sizes"][: f["na"]], f["a_out"][: f["na"]])
@@ -101,16 +130,41 @@ def _emulated(p, out_address: int) -> torch.Tensor:
 
 
 @pytest.mark.parametrize("out_address", [0, 13, 31])
-@pytest.mark.parametrize("shape, dims", TAKEN[:1] + [((2, 2, 3, 41, 576), (0, 4, 1, 2, 3))])
+@pytest.mark.parametrize("shape, dims", TAKEN[:1] + [((2, 2, 3, 41, 576), (0, 4, 1, 2, 3)), ((30, 121), (1, 0))])
 def test_emulated_blocks_write_every_output_byte_from_its_input_byte(shape, dims, out_address):
     # the second case's rows are 246 bytes: short, to emulate quickly, and their last pieces lie past
     # size_b / STEP tiles (the grid's extra tile for the rows' shift)
     p = _plan(shape, dims)
-    assert tuning.realign_launch(p, 1, min_b=1) is not None
+    assert tuning.realign_candidate(p, 1) is not None
     writes = _emulated(p, out_address)
     numel = torch.Size(shape).numel()
     expected = torch.arange(numel).view(shape).permute(dims).reshape(-1)  # output offset -> input offset
     assert torch.equal(writes, expected)
+
+
+def _shifted(lo: bytes, hi: bytes, off: int) -> bytes:
+    """The kernel's ``shifted`` on 32-bit words, step by step: drop 8 bytes, then 4, then funnel-shift."""
+    w = [int.from_bytes((lo + hi)[4 * i : 4 * i + 4], "little") for i in range(8)]
+    if off & 8:
+        w = w[2:] + w[6:]
+    if off & 4:
+        w = w[1:] + w[5:]
+    sh = (off & 3) * 8
+    return b"".join(((((w[i + 1] << 32) | w[i]) >> sh) & 0xFFFFFFFF).to_bytes(4, "little") for i in range(4))
+
+
+@pytest.mark.parametrize("valid", [1, 5, 16])
+def test_emulated_loads_read_each_piece_from_its_aligned_words(valid):
+    # a piece of ``need`` valid bytes at any address: the aligned word holding its first byte, the next one
+    # only where the valid bytes reach into it (else zeros), shifted into place
+    rng = random.Random(valid)
+    memory = bytes(rng.randrange(256) for _ in range(96))
+    for at in range(16, 48):
+        off, need = at % 16, min(valid, 16)
+        base = at - off
+        lo = memory[base : base + 16]
+        hi = memory[base + 16 : base + 32] if off + need > 16 else bytes(16)
+        assert _shifted(lo, hi, off)[:need] == memory[at : at + need], (at, need)
 
 
 def test_plan_text_names_the_cuda_kernel():
@@ -118,6 +172,9 @@ def test_plan_text_names_the_cuda_kernel():
 
     text = explain.permute_text((11, 39, 29, 21, 42, 24), (5, 4, 2, 3, 1, 0), dtype="int8")
     assert "CUDA realigned-store kernel" in text and "one output run" in text
+    assert "strategy: realign (the model's predicted fractions of copy: tile 0.48, realign" in text
+    text = explain.permute_text((8, 28, 23, 36, 14, 50), (3, 4, 5, 1, 2, 0), dtype="int8")
+    assert "strategy: tile (" in text and "CUDA" not in text
     assert "CUDA" not in explain.permute_text((11, 39, 29, 21, 42, 24), (5, 4, 2, 3, 1, 0), dtype="bfloat16")
 
 
@@ -137,8 +194,14 @@ def _forbid(monkeypatch, module, name):
 @pytest.mark.parametrize("shape, dims", TAKEN)
 def test_exact_bits_through_the_cuda_kernel(shape, dims, monkeypatch):
     from tileflip.kernels.triton import permute as triton_permute
+    from tileflip.kernels.triton import transpose as triton_transpose
 
+    monkeypatch.setattr(tuning, "realign_launch", tuning.realign_candidate)  # whatever the model prefers
+    from tileflip.ops import backends
+
+    monkeypatch.setattr(backends, "_realign_launch", tuning.realign_candidate)
     _forbid(monkeypatch, triton_permute, "launch")  # the call must take the CUDA kernel
+    _forbid(monkeypatch, triton_transpose, "launch")
     x = random_bits(shape, torch.int8, "cuda", seed=1)
     out = poisoned(tuple(shape[d] for d in dims), torch.int8, "cuda")
     tileflip.permute(x, dims, out)
@@ -164,13 +227,19 @@ def test_output_off_any_boundary(offset, monkeypatch):
 
 
 @pytest.mark.gpu
-def test_input_off_a_16_byte_boundary_takes_triton(monkeypatch):
-    shape, dims = TAKEN[0]
-    base = random_bits((torch.Size(shape).numel() + 16,), torch.int8, "cuda", seed=3)
-    x = base[1 : 1 + torch.Size(shape).numel()].view(shape)
-    assert x.data_ptr() % 16 and tuning.realign_launch(_plan(shape, dims), 1) is not None
-    _forbid(monkeypatch, cuda_permute, "launch")
-    out = tileflip.permute(x, dims)
+@pytest.mark.parametrize("offset", [1, 7, 13])
+@pytest.mark.parametrize("shape, dims", [TAKEN[0], TAKEN[3], TAKEN[4]])
+def test_input_off_any_boundary(shape, dims, offset, monkeypatch):
+    from tileflip.kernels.triton import permute as triton_permute
+    from tileflip.kernels.triton import transpose as triton_transpose
+
+    _forbid(monkeypatch, triton_permute, "launch")
+    _forbid(monkeypatch, triton_transpose, "launch")
+    numel = torch.Size(shape).numel()
+    base = random_bits((numel + 32,), torch.int8, "cuda", seed=3)
+    x = base[offset : offset + numel].view(shape)
+    out = poisoned(tuple(shape[d] for d in dims), torch.int8, "cuda")
+    tileflip.permute(x, dims, out)
     assert_bits_equal(out, x.permute(dims).contiguous())
 
 
@@ -193,3 +262,40 @@ def test_runs_on_the_current_stream():
         expected = x.permute(dims).contiguous()
     stream.synchronize()
     assert_bits_equal(out, expected)
+
+
+def test_backend_cuda_realign_refuses_a_cpu_tensor_and_writes_nothing():
+    x = torch.arange(60, dtype=torch.int8).view(3, 4, 5)
+    out = poisoned((5, 3, 4), torch.int8, "cpu")
+    with pytest.raises(ValueError, match="backend='cuda-realign' cannot take this call: it needs a CUDA tensor"):
+        tileflip.permute(x, (2, 0, 1), out, backend="cuda-realign")
+    assert_bits_equal(out, poisoned((5, 3, 4), torch.int8, "cpu"))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    "shape, dims, dtype, reason",
+    [
+        ((30, 40, 50), (2, 0, 1), torch.bfloat16, "1-byte elements"),
+        ((30, 40, 50), (1, 0, 2), torch.int8, "it transposes"),
+    ],
+)  # fmt: skip
+def test_backend_cuda_realign_refuses_what_it_cannot_take(shape, dims, dtype, reason):
+    x = random_bits(shape, dtype, "cuda", seed=6)
+    out = poisoned(tuple(shape[d] for d in dims), dtype, "cuda")
+    with pytest.raises(ValueError, match=reason):
+        tileflip.permute(x, dims, out, backend="cuda-realign")
+    assert_bits_equal(out, poisoned(tuple(shape[d] for d in dims), dtype, "cuda"))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape, dims", [((5, 30, 9, 401), (0, 3, 2, 1)), ((8, 28, 23, 36), (3, 2, 0, 1))])
+def test_backend_cuda_realign_runs_where_the_model_prefers_triton(shape, dims, monkeypatch):
+    from tileflip.kernels.triton import permute as triton_permute
+    from tileflip.kernels.triton import transpose as triton_transpose
+
+    assert tuning.realign_launch(_plan(shape, dims), 1) is None
+    _forbid(monkeypatch, triton_permute, "launch")
+    _forbid(monkeypatch, triton_transpose, "launch")
+    x = random_bits(shape, torch.int8, "cuda", seed=7)
+    assert_bits_equal(tileflip.permute(x, dims, backend="cuda-realign"), x.permute(dims).contiguous())

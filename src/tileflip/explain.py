@@ -108,7 +108,7 @@ def permute_text(shape, perm, *, dtype="float32") -> str:
     ]
     in_run, out_run = plan.innermost_runs(p, size)
     lines.append(f"innermost contiguous runs: input {in_run} B, output {out_run} B")
-    lines += _permute_launch(p, size)
+    lines += _realign_or(p, size, _permute_launch(p, size))
     return "\n".join(lines)
 
 
@@ -154,19 +154,37 @@ def _permute_launch(p, size) -> list[str]:
         f"grid: {go.grid[0]} x {go.grid[1]} = {tiles} tiles x {go.batch} batch elements = {go.programs} programs (1-D),"
         f" consecutive programs along {'B' if go.b_fast else 'A'}",
     ]
-    if tuning.realign_launch(p, size) is None:
+    return lines
+
+
+def _realign_or(p, size, lines) -> list[str]:
+    """``lines`` (the Triton kernel's launch), under the strategy model's choice where the realigned-store
+    CUDA kernel could take plan ``p``, or that kernel's launch in front of them where it is chosen."""
+    fractions = tuning.strategy_fractions(p, size) if size == 1 and p.kind in ("tiles", "transpose2d") else {}
+    if "realign" not in fractions:
         return lines
+    go = tuning.realign_launch(p, size)
+    why = ", ".join(f"{name} {f:.2f}" for name, f in fractions.items())
+    head = (f"strategy: {'realign' if go else 'tile'} (the model's predicted fractions of copy: {why}; "
+            "the larger runs; docs/design.md, Planner)")  # fmt: skip
+    if go is None:
+        return [head, *lines]
+
+    def axis(dims):
+        return " x ".join(f"dim {d} ({p.sizes[d]})" for d in dims) or "-"
+
     ta, step = REALIGN_TILE
-    blocks = realign_grid(p.sizes, go)[2]
+    pieces = "on 16-byte boundaries" if tuning.realign_aligned(p, go) else "at any byte (two loads and a shift each)"
     return [
+        head,
         "CUDA realigned-store kernel (backend auto; kernels/cuda/permute_realign.cu):",
-        f"  A (input-fastest first, one input run): {axis(go.a_dims)} = {size_a}",
-        f"  B (output-fastest first, one output run): {axis(go.b_dims)} = {size_b}",
+        f"  A (input-fastest first, one input run): {axis(go.a_dims)} = {product(p.sizes[d] for d in go.a_dims)}",
+        f"  B (output-fastest first, one output run): {axis(go.b_dims)} = {product(p.sizes[d] for d in go.b_dims)}",
         f"  batch (per block): {axis(go.batch_dims)} = {go.batch}",
-        f"  tile {ta} (A) x {step} (B) bytes a block, 256 threads; 16-byte loads, each output row written as "
-        "aligned 16-byte pieces from a 32-byte boundary (its start is at any byte)",
-        f"  grid: {blocks} blocks (1-D), consecutive blocks along A",
-        "otherwise (backend triton, NVRTC missing, or x off a 16-byte boundary) Triton's:",
+        f"  tile {ta} (A) x {step} (B) bytes a block, 288 threads; input pieces {pieces}; each output row "
+        "written as aligned 16-byte pieces from a 32-byte boundary (its start is at any byte)",
+        f"  grid: {realign_grid(p.sizes, go)[2]} blocks (1-D), consecutive blocks along A",
+        "otherwise (backend triton, or NVRTC missing):",
         *lines,
     ]
 

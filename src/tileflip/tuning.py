@@ -11,12 +11,13 @@ class. Where each number comes from: ``docs/design.md`` (Tuning table).
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
 
 from tileflip.plan import launch as geometry
 from tileflip.plan.grid import TileConfig
-from tileflip.plan.launch import VECTOR_BYTES, PermuteLaunch, product
+from tileflip.plan.launch import REALIGN_TILE, VECTOR_BYTES, PermuteLaunch, product
 
 TABLE_FILE = Path(__file__).with_name("data") / "tuning-h200.json"
 
@@ -210,9 +211,15 @@ SHORT_RUN_BYTES = 16
 ROWS_FLAT_MIN_BYTES = 256
 ROWS_FLAT_ELEMENTS = 1024
 ROWS_FLAT_WARPS = 4
-# 1-byte transposed tiles whose B is one output run of at least this many bytes take the realigned-store
-# CUDA kernel (B of 11100: 0.57 -> 0.77 of copy; B of 333: 0.66 -> 0.44).
-REALIGN_MIN_B = 2048
+# The strategy model of 1-byte transposed tiles: each strategy's predicted fraction of copy, the larger
+# taken. Each figure is the median over the permute-wide suite's 1-byte cases (H200): of the Triton tile
+# kernel where it moves 16-byte vectors on both sides, or narrower ones (72 cases); of the realigned-store
+# CUDA kernel per share of its tiles filled (``realign_fill``; cases over half filled), where every input
+# piece starts on a 16-byte boundary (16 cases) or at any byte (33). With it auto's pick is within 5% of
+# the faster of the two on 72 of 82 cases (docs/design.md, Planner).
+TILE_FRACTION = {True: 0.95, False: 0.48}
+REALIGN_FRACTION = {True: 0.77, False: 0.74}
+REALIGN_WARPS = 9  # the kernel's 288 threads
 
 
 def narrow_step(vector_bytes: int, load_bytes: int = 0, kept: bool = True, element_size: int = 0):
@@ -334,26 +341,61 @@ def permute_launch(p, element_size: int, *, widen: bool = True) -> PermuteLaunch
     return go_wider if held[0] >= wider[0] and held[1] >= wider[1] else go
 
 
-def realign_launch(p, element_size: int, *, min_b: int = REALIGN_MIN_B) -> PermuteLaunch | None:
-    """The tile launch of plan ``p`` (a ``permute_launch``) where the realigned-store CUDA kernel takes it
-    instead, else None: 1-byte elements, a transposed tile whose axis A is one run of the input with
-    every input row piece 16-byte aligned (the strides of B and the batch multiples of 16; the input's
-    address is checked per call), axis B one output run of at least ``min_b``, stores narrower than 16
-    bytes, and indices within 32 bits."""
-    if element_size != 1 or p.kind != "tiles":
+def realign_candidate(p, element_size: int) -> PermuteLaunch | None:
+    """The launch of plan ``p`` (kind tiles or transpose2d) on the realigned-store CUDA kernel where the
+    kernel can take it, else None: 1-byte elements, axes from ``realign_axes`` (A one input run, B one
+    output run), indices within 32 bits. ``blocks`` is the kernel's (B, A) tile."""
+    if element_size != 1 or p.kind not in ("tiles", "transpose2d"):
         return None
-    go = permute_launch(p, element_size)
-    if go.kept or go.flat or go.vec[0] < VECTOR_BYTES or go.vec[1] >= VECTOR_BYTES:
+    sizes = p.sizes
+    axes = geometry.realign_axes(sizes, p.in_strides, 4 * REALIGN_TILE[0], 4 * REALIGN_TILE[1])
+    if axes is None:
         return None
-    sizes, in_strides = p.sizes, p.in_strides
-    size_a, size_b = product(sizes[d] for d in go.a_dims), product(sizes[d] for d in go.b_dims)
-    run = 1
-    for d in go.a_dims:  # A one input run, innermost first
-        if in_strides[d] != run:
-            return None
-        run *= sizes[d]
-    if size_b < min_b or geometry.b_output_run(sizes, go.b_dims) < size_b:
+    a_dims, b_dims, batch_dims = axes
+    if max(product(sizes[d] for d in a_dims), product(sizes[d] for d in b_dims)) >= 2**31:
         return None
-    if any(in_strides[d] % VECTOR_BYTES for d in (*go.b_dims, *go.batch_dims)):
+    go = PermuteLaunch(
+        (REALIGN_TILE[1], REALIGN_TILE[0]), REALIGN_WARPS, (0, 0), product(sizes[d] for d in batch_dims),
+        a_dims, b_dims, batch_dims, (VECTOR_BYTES, VECTOR_BYTES),
+    )  # fmt: skip
+    tiles_a, tiles_b, blocks = geometry.realign_grid(sizes, go)
+    return replace(go, grid=(tiles_b, tiles_a)) if blocks < 2**31 else None
+
+
+def realign_fill(p, go) -> float:
+    """The share of the realigned-store kernel's tiles that launch ``go``'s axes fill (A x B)."""
+    size_a, size_b = product(p.sizes[d] for d in go.a_dims), product(p.sizes[d] for d in go.b_dims)
+    tiles_b, tiles_a = go.grid
+    return size_a / (tiles_a * REALIGN_TILE[0]) * size_b / (tiles_b * REALIGN_TILE[1])
+
+
+def realign_aligned(p, go) -> bool:
+    """Whether every input piece of launch ``go`` starts on a 16-byte boundary of the tensor's start."""
+    return all(p.in_strides[d] % VECTOR_BYTES == 0 for d in (*go.b_dims, *go.batch_dims))
+
+
+def tile_vectors_wide(p, element_size: int) -> bool:
+    """Whether the Triton kernel that would run plan ``p`` moves 16-byte vectors on both sides."""
+    cap = VECTOR_BYTES // element_size
+    if p.kind == "transpose2d":
+        return all(s % cap == 0 for s in p.sizes) and all(st == 1 or st % cap == 0 for st in p.in_strides)
+    return min(permute_launch(p, element_size).vec) >= cap
+
+
+def strategy_fractions(p, element_size: int) -> dict:
+    """The model's predicted fraction of copy of each strategy that can run plan ``p`` (1-byte
+    transposed tiles: the Triton tile kernel and, where it can take it, the realigned-store kernel)."""
+    fractions = {"tile": TILE_FRACTION[tile_vectors_wide(p, element_size)]}
+    go = realign_candidate(p, element_size)
+    if go is not None:
+        fractions["realign"] = REALIGN_FRACTION[realign_aligned(p, go)] * realign_fill(p, go)
+    return fractions
+
+
+def realign_launch(p, element_size: int) -> PermuteLaunch | None:
+    """``realign_candidate``'s launch where the strategy model prefers it to the Triton kernel, else None."""
+    go = realign_candidate(p, element_size)
+    if go is None:
         return None
-    return go if max(size_a, size_b) < 2**31 and geometry.realign_grid(sizes, go)[2] < 2**31 else None
+    fractions = strategy_fractions(p, element_size)
+    return go if fractions["realign"] > fractions["tile"] else None

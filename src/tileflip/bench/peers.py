@@ -14,18 +14,30 @@ from tileflip.bench.cases import TILEFLIP_BACKENDS, Case
 XLA_CHILD = "tileflip.bench.xla_child"
 
 
+PERMUTE_STRATEGIES = ("auto", "triton", "cuda-realign")  # the permute backends a permute suite can time
+
+
+def plan_of(x, perm):
+    from tileflip import plan
+
+    return plan.plan_permute(tuple(x.shape), tuple(x.stride()), tuple(perm), x.element_size())
+
+
 def op_functions(case: Case, x, out, backends):
     """(backend, callable) pairs for one case; a peer that cannot run here is left out with a note."""
     import torch
 
     import tileflip
-    from tileflip.ops.backends import vec_refusal
+    from tileflip.ops.backends import realign_refusal, vec_refusal
 
     fns, notes = [], {}
     if case.perm is not None:
         for b in backends:
-            if b == "auto":
-                fns.append((b, lambda: tileflip.permute(x, case.perm, out)))
+            if b in PERMUTE_STRATEGIES:  # auto and the strategies it chooses among
+                if b == "cuda-realign" and realign_refusal(x, plan_of(x, case.perm)):
+                    notes[b] = f"not for this case: {realign_refusal(x, plan_of(x, case.perm))}"
+                    continue
+                fns.append((b, lambda b=b: tileflip.permute(x, case.perm, out, backend=b)))
             elif b == "torch-contiguous":
                 fns.append((b, lambda: x.permute(case.perm).contiguous()))
             elif b == "torch-copy":

@@ -15,7 +15,7 @@ import statistics
 
 from tileflip.bench import records as rec
 from tileflip.bench.cases import PEERS, PERMUTE_SUITES, TILEFLIP_BACKENDS, Case, suite_cases
-from tileflip.bench.peers import op_functions, run_xla
+from tileflip.bench.peers import PERMUTE_STRATEGIES, op_functions, run_xla
 
 
 def measure(cases: list[Case], backends: list[str], rounds: int, quick: bool, log=print) -> list[dict]:
@@ -83,7 +83,8 @@ def summary_line(records: list[dict], case: Case) -> str:
 def table(records: list[dict]) -> str:
     med = rec.medians(records)
     cases = sorted({(s, d) for s, d, _ in med}, key=lambda c: (c[1], str(c[0])))
-    backends = [b for b in ["copy", *TILEFLIP_BACKENDS, *PEERS] if any(k[2] == b for k in med)]
+    names = dict.fromkeys(["copy", *TILEFLIP_BACKENDS, "cuda-realign", *PEERS])
+    backends = [b for b in names if any(k[2] == b for k in med)]
     head = f"{'shape':>12} {'dtype':<14}" + "".join(f"{b:>18}" for b in backends)
     lines = [head, "-" * len(head)]
     for s, d in cases:
@@ -109,7 +110,9 @@ def run(suite: str, *, part: str | None, quick: bool, rounds: int, backends: lis
 
     cases = suite_cases(suite, part)
     if suite in PERMUTE_SUITES:
-        backends = [b for b in backends if b in ("auto", *PEERS)]
+        backends = [b for b in backends or ("auto", *PEERS) if b in (*PERMUTE_STRATEGIES, *PEERS)]
+    else:
+        backends = [b for b in backends or (*TILEFLIP_BACKENDS, *PEERS) if b != "cuda-realign"]
     records = measure(cases, backends, rounds, quick, log)
     print(table(records))
     path = rec.write_results(records, suite, out_dir, command, part=part)
@@ -119,6 +122,7 @@ def run(suite: str, *, part: str | None, quick: bool, rounds: int, backends: lis
 
 
 LEVEL = 0.02  # within 2 points of torch.compile counts as level with it
+PICK_WITHIN = 0.95  # the planner's pick is close to the best strategy when within 5% of its speed
 
 
 def wide_summary(records: list[dict]) -> str:
@@ -145,4 +149,9 @@ def wide_summary(records: list[dict]) -> str:
         lines.append(f"{size}-byte: {len(mine)} cases, median {statistics.median(fracs):.1%} of copy, least "
                      f"{low['auto']:.1%} ({label}); at least torch.compile (within {LEVEL * 100:.0f} points) on "
                      f"{level} of {len(compiled)}; at least the best peer on {ahead} of {len(peers)}")  # fmt: skip
+        swept = [v for v in mine.values() if "triton" in v]
+        if swept:
+            close = sum(v["auto"] >= PICK_WITHIN * max(v.get(b, 0.0) for b in PERMUTE_STRATEGIES) for v in swept)
+            lines.append(f"  strategies: auto within {1 - PICK_WITHIN:.0%} of the fastest of "
+                         f"{', '.join(PERMUTE_STRATEGIES)} on {close} of {len(swept)}")  # fmt: skip
     return "\n".join(lines)

@@ -51,11 +51,11 @@ def _part(text: str) -> str:
 def _backends(text: str) -> list[str]:
     from tileflip.bench.cases import PEERS, TILEFLIP_BACKENDS
 
+    known = [*TILEFLIP_BACKENDS, "cuda-realign", *PEERS]
     names = [b for b in text.split(",") if b]
-    unknown = [b for b in names if b not in (*TILEFLIP_BACKENDS, *PEERS)]
+    unknown = [b for b in names if b not in known]
     if unknown or not names:
-        raise argparse.ArgumentTypeError(f"expected comma-separated names from {TILEFLIP_BACKENDS + PEERS}, "
-                                         f"got {text!r}")  # fmt: skip
+        raise argparse.ArgumentTypeError(f"expected comma-separated names from {known}, got {text!r}")
     return names
 
 
@@ -90,8 +90,6 @@ def main(argv: list[str]) -> int:
     if suite is not None:
         return {"cast": _cast, "quantize": _quantize, "tune": _tune, "device": _device, "distributed": _distributed,
                 "stability": _stability}[suite](rest, argv)  # fmt: skip
-    from tileflip.bench.cases import PEERS, TILEFLIP_BACKENDS
-
     p = argparse.ArgumentParser(prog="tileflip bench", description="Time tileflip on the GPU against a same-run "
                                 "device copy and its peers, and write the results files.")  # fmt: skip
     p.add_argument("--suite", default="2d", choices=[*SHAPE_SUITES, "host", *OWN_OPTIONS],
@@ -104,7 +102,10 @@ def main(argv: list[str]) -> int:
     p.add_argument("--quick", action="store_true",
                    help="shorter timing: 10 warm-up calls and 40 timed repetitions per figure (else 25 and 100)")
     p.add_argument("--rounds", type=_positive, default=3, help="interleaved rounds per case (default 3)")
-    p.add_argument("--backends", type=_backends, default=TILEFLIP_BACKENDS + PEERS, help="comma-separated")
+    p.add_argument("--backends", type=_backends, default=None,
+                   help="comma-separated (default: every backend and peer; permute suites: auto and the peers). "
+                        "Permute suites time auto, triton and cuda-realign: all three without peers is the "
+                        "strategy sweep, e.g. --suite permute-wide --backends auto,triton,cuda-realign")  # fmt: skip
     p.add_argument("--out", default=None, help=OUT_HELP + "; with --plot, the folder for the PNGs "
                    "(default: beside the file)")  # fmt: skip
     p.add_argument("--plot", metavar="FILE.json", help="draw PNG plots from a results file and exit")

@@ -25,7 +25,7 @@ from tileflip import tuning
 BACKENDS = ("auto", "triton", "triton-gather", "cuda-naive", "cuda-tiled", "cuda-tiled-nopad", "cuda-vec", "torch")
 TRITON_BACKENDS = ("triton", "triton-gather")
 CUDA_BACKENDS = {"cuda-naive": "naive", "cuda-tiled": "tiled", "cuda-tiled-nopad": "tiled_nopad", "cuda-vec": "vec"}
-PERMUTE_BACKENDS = ("auto", "triton", "torch")
+PERMUTE_BACKENDS = ("auto", "triton", "cuda-realign", "torch")
 
 _modules: dict = {}
 
@@ -146,27 +146,44 @@ def launch(x: torch.Tensor, out: torch.Tensor, backend: str) -> None:
     LAUNCHERS[backend](x, out)
 
 
-def launch_permute(x, out, p, auto: bool = False) -> None:
-    """Run permute plan ``p``: the 2-D transpose kernel, the Triton permute kernels, or (``auto`` only,
-    where ``tuning.realign_launch`` gives a launch and NVRTC is there) the CUDA kernel that realigns
-    1-byte output rows."""
-    if p.kind == "transpose2d":
-        # Output (s0, s1) contiguous is the transpose of the input seen as (s1, s0) with swapped strides.
-        (s0, s1), (st0, st1) = p.sizes, p.in_strides
-        x2 = x.as_strided((s1, s0), (st1, st0), x.storage_offset())
-        kernels("triton.transpose").launch(x2, out.view(s0, s1), tuning.triton_config(x.element_size(), (s1, s0), st1))
-        return
+def realign_refusal(x, p) -> str | None:
+    """Why the ``cuda-realign`` permute kernel cannot take a call (None: it can)."""
+    if not x.is_cuda:
+        return f"it needs a CUDA tensor, but x is on {x.device}"
+    if x.element_size() != 1:
+        return f"it moves 1-byte elements, got {x.element_size()}-byte ones"
+    if not kernels("cuda.nvrtc").available():
+        return "it needs NVRTC and cuda-python (pip install 'tileflip[cuda]')"
+    go = _realign_candidate(p, 1) if p.kind in ("tiles", "transpose2d") else None
+    if go is None or kernels("cuda.permute").params_of(p, go) is None:
+        return ("it transposes: the output's fastest dimension must not be the input's, one input dimension must "
+                "have stride 1, and the indices must fit 32 bits")  # fmt: skip
+    return None
+
+
+def launch_permute(x, out, p, backend: str = "triton") -> None:
+    """Run permute plan ``p`` on ``backend``: ``"cuda-realign"`` (checked by ``realign_refusal``) the CUDA
+    kernel that realigns 1-byte rows; ``"auto"`` that kernel where the strategy model prefers it
+    (``tuning.realign_launch``) and NVRTC is there; else the 2-D transpose kernel or the Triton permute
+    kernels."""
     es = x.element_size()
-    if auto and es == 1 and x.is_cuda and x.data_ptr() % 16 == 0:
-        go = _realign_launch(p, 1)
+    if backend == "cuda-realign" or (backend == "auto" and es == 1 and x.is_cuda):
+        go = _realign_candidate(p, 1) if backend == "cuda-realign" else _realign_launch(p, 1)
         if go is not None and kernels("cuda.nvrtc").available():
             cuda_permute = kernels("cuda.permute")
             if cuda_permute.params_of(p, go) is not None:
                 cuda_permute.launch(x, out, p, go)
                 return
+    if p.kind == "transpose2d":
+        # Output (s0, s1) contiguous is the transpose of the input seen as (s1, s0) with swapped strides.
+        (s0, s1), (st0, st1) = p.sizes, p.in_strides
+        x2 = x.as_strided((s1, s0), (st1, st0), x.storage_offset())
+        kernels("triton.transpose").launch(x2, out.view(s0, s1), tuning.triton_config(es, (s1, s0), st1))
+        return
     kernels("triton.permute").launch(x, out, p, _permute_launch(p, es))
 
 
 # The launch descriptions, once per plan: the policy's Python costs tens of microseconds, a call's budget.
 _permute_launch = lru_cache(maxsize=256)(tuning.permute_launch)
 _realign_launch = lru_cache(maxsize=256)(tuning.realign_launch)
+_realign_candidate = lru_cache(maxsize=256)(tuning.realign_candidate)

@@ -7,7 +7,7 @@ from functools import lru_cache
 import torch
 
 from tileflip import plan
-from tileflip.ops.backends import PERMUTE_BACKENDS, launch_permute, on_device_of, resolve_backend
+from tileflip.ops.backends import PERMUTE_BACKENDS, launch_permute, on_device_of, realign_refusal, resolve_backend
 from tileflip.ops.checks import check_input, check_out, resolved, tracks_grad, written
 
 
@@ -19,10 +19,12 @@ def permute(x: torch.Tensor, dims, out: torch.Tensor | None = None, *, backend: 
     (NumPy integers, 0-d integer tensors); not bools.
     The planner (``tileflip.plan.plan_permute``) merges dimensions that stay adjacent and picks one of
     a few fixed-rank kernels; ``tileflip plan --shape ... --perm ...`` prints the plan.
-    Backends: ``"triton"`` (the Triton kernels; on a CPU tensor only under the interpreter), ``"torch"``
-    (``out.copy_(x.permute(dims))``) and ``"auto"``: the Triton kernels on a GPU, but for 1-byte
-    permutes whose output rows start at any byte (``tuning.realign_launch``) the CUDA C++ kernel of
-    ``kernels/cuda/permute_realign.cu`` where NVRTC is installed; on a CPU tensor as for ``transpose``.
+    Backends: ``"triton"`` (the Triton kernels; on a CPU tensor only under the interpreter),
+    ``"cuda-realign"`` (the CUDA C++ kernel of ``kernels/cuda/permute_realign.cu`` for 1-byte elements
+    whose rows start at any byte; a call it cannot take is refused with the reason), ``"torch"``
+    (``out.copy_(x.permute(dims))``) and ``"auto"``: on a GPU the Triton kernels, or for 1-byte
+    transposing permutes the CUDA kernel where the strategy model predicts it faster
+    (``tuning.realign_launch``) and NVRTC is installed; on a CPU tensor as for ``transpose``.
     """
     if torch.compiler.is_compiling():
         dims = list(dims) if isinstance(dims, (tuple, list)) else dims
@@ -40,8 +42,11 @@ def _permute(x, dims, out, backend):
     dims = plan.check_perm(dims, x.dim())
     if not isinstance(backend, str) or backend not in PERMUTE_BACKENDS:
         raise ValueError(f"backend must be one of {PERMUTE_BACKENDS} for permute, got {backend!r}")
-    # The tuning table's auto choice is for 2-D cases; an N-D permute on a GPU runs the Triton kernels.
-    chosen = resolve_backend(x, "triton" if backend == "auto" and x.device.type == "cuda" else backend)
+    # The tuning table's auto choice is for 2-D cases; an N-D permute on a GPU runs the permute kernels.
+    if backend == "cuda-realign":
+        chosen = backend
+    else:
+        chosen = resolve_backend(x, "triton" if backend == "auto" and x.device.type == "cuda" else backend)
     out_shape = tuple(x.shape[d] for d in dims)
     given = out is not None
     if not given:
@@ -58,7 +63,12 @@ def _permute(x, dims, out, backend):
         out.copy_(x.permute(dims))  # (moves out's version counter itself)
         return out
     p = _plan_permute(tuple(x.shape), tuple(x.stride()), dims, x.element_size())
-    on_device_of(x, launch_permute, x, out, p, backend == "auto")
+    if chosen == "cuda-realign":
+        reason = realign_refusal(x, p)
+        if reason is not None:  # refused before anything is written
+            raise ValueError(f"backend='cuda-realign' cannot take this call: {reason} (backend='auto' picks "
+                             "another kernel for it)")  # fmt: skip
+    on_device_of(x, launch_permute, x, out, p, backend)
     if given:
         written(out)
     return out

@@ -330,6 +330,44 @@ def b_output_run(sizes, b_dims) -> int:
     return run
 
 
+def realign_axes(sizes, in_strides, cap_a: int, cap_b: int, align: int = VECTOR_BYTES):
+    """The realigned-store kernel's axes for merged sizes and input strides: A the input's contiguous run
+    from its stride-1 dimension, B the output's from its fastest dimension, each grown by the dimensions
+    that continue its run (B first, so that a dimension both runs want goes to the output's) while it
+    spans fewer than ``cap_a`` / ``cap_b`` elements (A also while its run is not a multiple of ``align``:
+    the strides past it then are, and the kernel reads every piece with one aligned load) and holds fewer
+    than MAX_AXIS_DIMS; the rest is the batch, innermost first. None where there is no such tile: the
+    output's fastest dimension is the input's too, no dimension has input stride 1, or the batch holds
+    more than MAX_BATCH_DIMS."""
+    last = len(sizes) - 1
+    by_stride = by_input_stride(in_strides)
+    if last < 1 or in_strides[last] == 1 or not by_stride or in_strides[by_stride[0]] != 1:
+        return None
+    a_dims, b_dims = [by_stride[0]], [last]
+    run_a, run_b = sizes[by_stride[0]], sizes[last]
+    used = {by_stride[0], last}
+    grew = True
+    while grew:
+        grew = False
+        nxt = b_dims[-1] - 1
+        if run_b < cap_b and len(b_dims) < MAX_AXIS_DIMS and nxt >= 0 and nxt not in used:
+            b_dims.append(nxt)  # (the output is contiguous: nxt's stride there is run_b)
+            used.add(nxt)
+            run_b *= sizes[nxt]
+            grew = True
+        if (run_a < cap_a or run_a % align) and len(a_dims) < MAX_AXIS_DIMS:
+            more = [d for d in range(last) if d not in used and in_strides[d] == run_a]
+            if more:
+                a_dims.append(more[0])
+                used.add(more[0])
+                run_a *= sizes[more[0]]
+                grew = True
+    batch = [d for d in range(last, -1, -1) if d not in used]
+    if len(batch) > MAX_BATCH_DIMS:
+        return None
+    return tuple(a_dims), tuple(b_dims), tuple(batch)
+
+
 def realign_grid(sizes, go: PermuteLaunch) -> tuple[int, int, int]:
     """(A tiles, B tiles, blocks) of the realigned-store kernel on launch ``go``'s axes: B tiles reach one
     halo past the row's end, where the last rows' pieces end."""

@@ -1,9 +1,9 @@
 """Launcher of the CUDA C++ permute in ``permute_realign.cu`` (compiled by NVRTC on first use): 1-byte
-permutes whose output rows start at any byte, written as whole aligned 32-byte sectors, on the launches
-``tileflip.tuning.realign_launch`` gives it.
+permutes whose input and output rows start at any byte, read as aligned 16-byte words and written as whole
+aligned 32-byte sectors, on the launches ``tileflip.tuning.realign_launch`` gives it.
 
 ``launch(x, out, plan, go)`` is called once every argument check is done (``out`` contiguous, not
-overlapping ``x``, ``x`` 16-byte aligned); ``params_of`` says whether the kernel holds the launch's decodes.
+overlapping ``x``); ``params_of`` says whether the kernel holds the launch's decodes.
 """
 
 from __future__ import annotations
@@ -22,8 +22,9 @@ from tileflip.plan.launch import product, realign_grid
 from tileflip.plan.permute import contiguous_strides
 
 CU_FILE = Path(__file__).with_name("permute_realign.cu")
-KERNEL = "permute_realign_u8"
-THREADS = 256
+# (any input alignment, every input piece on a 16-byte boundary)
+KERNELS = ("permute_realign_u8", "permute_realign_u8_aligned")
+THREADS = 288  # permute_realign.cu's THREADS
 MAX_DECODE = {"a": 4, "b": 4, "n": 6}  # dimensions each decode of the .cu file's Params holds
 
 
@@ -45,8 +46,9 @@ def compile_cubin(arch: int = 90, *, use_cache: bool = True) -> dict[str, bytes]
 
 
 @functools.lru_cache(maxsize=256)
-def params_of(plan, go) -> tuple[_Params, int] | None:
-    """(the kernel's Params, filled once per plan, blocks) of ``plan`` on the tile launch ``go``, or None
+def params_of(plan, go) -> tuple[_Params, int, bool] | None:
+    """(the kernel's Params, filled once per plan, blocks, whether every input row piece starts on a
+    16-byte boundary of the tensor's start) of ``plan`` on the realigned-store launch ``go``, or None
     where a decode has more dimensions than the kernel holds."""
     sizes, in_strides, out_strides = plan.sizes, plan.in_strides, contiguous_strides(plan.sizes)
     groups = {"a": go.a_dims, "b": go.b_dims, "n": go.batch_dims}
@@ -66,7 +68,8 @@ def params_of(plan, go) -> tuple[_Params, int] | None:
     fields = (size_a, size_b, tiles_a, tiles_b, len(a[0]), len(b[0]), len(n[0]), 0,
               padded(a[0], 4), padded(a[1], 4), padded(b[0], 4), padded(b[1], 4),
               padded(n[0], 6), padded(n[1], 6), padded(n[2], 6))  # fmt: skip
-    return _Params(*fields), blocks
+    aligned = all(in_strides[d] % 16 == 0 for d in (*go.b_dims, *go.batch_dims))
+    return _Params(*fields), blocks, aligned
 
 
 class _ThreadArgs(threading.local):
@@ -88,20 +91,20 @@ _args = _ThreadArgs()
 _handles: dict = {}
 
 
-def kernel_on(device: int):
+def kernel_on(device: int, aligned: bool):
     nvrtc.context_ready(device)
-    kernel = _handles.get(device)
+    kernel = _handles.get((device, aligned))
     if kernel is None:
-        kernel = _handles[device] = nvrtc.get_kernel(CU_FILE, KERNEL, device, _arch(device))
+        kernel = _handles[device, aligned] = nvrtc.get_kernel(CU_FILE, KERNELS[aligned], device, _arch(device))
     return kernel
 
 
 def launch(x: torch.Tensor, out: torch.Tensor, plan, go) -> None:
     """Write ``x.permute(...)`` (``plan`` on launch ``go``) into the contiguous ``out``, where ``params_of``
-    holds the launch and x is 16-byte aligned."""
-    params, blocks = params_of(plan, go)
+    holds the launch."""
+    params, blocks, aligned = params_of(plan, go)
     device = x.get_device()
-    kernel = kernel_on(device)
+    kernel = kernel_on(device, aligned and x.data_ptr() % 16 == 0)
     args = _args
     args.x.value, args.out.value = x.data_ptr(), out.data_ptr()
     ctypes.memmove(args.params_address, ctypes.addressof(params), ctypes.sizeof(_Params))

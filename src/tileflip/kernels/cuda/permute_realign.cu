@@ -1,29 +1,25 @@
-// N-D permute of 1-byte elements whose output rows start at any byte: a transposed tile (tileflip's tile
-// kernel's axes A and B, tileflip.tuning.realign_launch) that writes every output row as whole 32-byte
-// sectors from a 32-byte boundary.
+// N-D permute of 1-byte elements whose input and output rows start at any byte: a transposed tile
+// (axes A and B as tileflip.plan.launch.realign_axes folds them) that reads every input row as aligned
+// 16-byte words and writes every output row as whole 32-byte sectors from a 32-byte boundary.
 //
 // The problem, as the planner folds it: output row a (a in [0, asz), one per index of axis A) is a run of
 // bsz contiguous bytes at out + out_row(a) + out_n; element (a, b) comes from in + a + in_b(b) + in_n.
-// Axis A is one contiguous run of the input (every piece a tile reads is 16-byte aligned: a0, in_b(b) and
-// in_n are multiples of 16, the caller checks), B one contiguous run of the output, and the batch n
-// decodes over up to 6 dimensions. out_row and in_b decode the axis's linear index over up to 4
-// dimensions (innermost first); indices fit 32 bits (the caller checks), offsets are 64-bit.
+// Axis A is one contiguous run of the input, B one contiguous run of the output, and the batch n decodes
+// over up to 6 dimensions. out_row and in_b decode the axis's linear index over up to 4 dimensions
+// (innermost first); indices fit 32 bits (the caller checks), offsets are 64-bit.
 //
-// Why: the Triton tile kernel stores such rows one byte per lane (its vectors need aligned addresses), so
-// each thread moves a byte per store and a warp's 32 bytes straddle two 32-byte sectors wherever a row
-// starts off a boundary (int8 (11,39,29,21,42,24) (5,4,2,3,1,0): 11.3 M sectors written for 7.7 M of
-// output). Here a block moves a tile of TA = 64 columns (a) x STEP + HALO = 288 rows (b). A
-// thread loads one 16-byte piece of 4 consecutive input rows, turns each 4 x 4 block of bytes around
-// with byte permutations and writes the words into shared memory, where the tile is held transposed,
-// one row of words per output row. Output row a's piece in the block of B tile tb covers b in
-// [tb * STEP - m_a, tb * STEP - m_a + STEP), m_a the misalignment of the row's start mod 32 (STEP is a
-// multiple of 32, so m_a is the same in every block and the pieces tile the row; the HALO rows before
-// tb * STEP hold the bytes it takes from before it): each aligned 16-byte piece is 5 words of its tile
-// row funnel-shifted into place and stored whole, a warp writing whole sectors. Pieces that run past
-// either end of the row are written byte by byte. Measured forms (H200): bytes gathered
-// a tile row at a time from the untransposed tile (its writes 8.2 M sectors, yet 0.60-0.71 of copy
-// against this form's 0.73-0.74), other tile sizes, several tiles a block with the next one's loads
-// issued early, launch bounds for more blocks an SM: none faster.
+// Why: the Triton tile kernel moves such rows one byte per lane (its vectors need aligned addresses), so
+// a warp's accesses cost an instruction per 32 bytes and straddle sectors wherever a row starts off a
+// boundary. Here a block moves a tile of TA = 64 columns (a) x STEP + HALO = 288 rows (b). A thread
+// reads one 16-byte piece of 4 consecutive input rows (each piece from the one or two aligned 16-byte
+// words that hold it, shifted into place), turns each 4 x 4 block of bytes around with byte permutations
+// and writes the words into shared memory, where the tile is held transposed, one row of words per
+// output row. Output row a's piece in the block of B tile tb covers b in [tb * STEP - m_a, tb * STEP -
+// m_a + STEP), m_a the misalignment of the row's start mod 32 (STEP is a multiple of 32, so m_a is the
+// same in every block and the pieces tile the row; the HALO rows before tb * STEP hold the bytes it
+// takes from before it): each aligned 16-byte piece is 5 words of its tile row funnel-shifted into place
+// and stored whole, a warp writing whole sectors. Pieces that run past either end of the row are written
+// byte by byte. Forms measured and rejected: docs/design.md (Planner, the realigned-store kernel).
 //
 // No header is included (NVRTC has no standard library search path).
 
@@ -35,7 +31,7 @@ typedef long long tf_i64;
 namespace tileflip_realign {
 
 constexpr int HALO = 32;               // rows loaded before the block's first b (a row's start is off by < 32)
-constexpr int THREADS = 256;
+constexpr int THREADS = 288;  // one 16-byte piece of 4 rows each: (STEP + HALO) / 4 row groups x TA / 16
 
 struct Params {
     tf_i64 asz, bsz;                   // axis sizes
@@ -71,9 +67,23 @@ __device__ __forceinline__ void batch_offsets(const Params& p, tf_i64 n, tf_i64&
     }
 }
 
+// Bytes off .. off + 15 of the 32 bytes lo, hi (little-endian: byte 0 is lo.x's lowest).
+__device__ __forceinline__ uint4 shifted(const uint4 lo, const uint4 hi, const int off) {
+    tf_u32 w0 = lo.x, w1 = lo.y, w2 = lo.z, w3 = lo.w, w4 = hi.x, w5 = hi.y, w6 = hi.z, w7 = hi.w;
+    if (off & 8) {
+        w0 = w2; w1 = w3; w2 = w4; w3 = w5; w4 = w6; w5 = w7;
+    }
+    if (off & 4) {
+        w0 = w1; w1 = w2; w2 = w3; w3 = w4; w4 = w5;
+    }
+    const tf_u32 sh = static_cast<tf_u32>(off & 3) * 8;
+    return make_uint4(__funnelshift_r(w0, w1, sh), __funnelshift_r(w1, w2, sh), __funnelshift_r(w2, w3, sh),
+                      __funnelshift_r(w3, w4, sh));
+}
+
 // One tile: TA columns (a: output rows; a TA-byte piece of each input row) x STEP + HALO rows (b), held
 // transposed in shared memory, one row of words per output row.
-template <int TA, int STEP>
+template <int TA, int STEP, bool ALIGNED>
 __device__ __forceinline__ void permute_realign(const tf_u8* __restrict__ in, tf_u8* __restrict__ out,
                                                       const Params& p) {
     constexpr int ROWS = STEP + HALO;
@@ -98,12 +108,17 @@ __device__ __forceinline__ void permute_realign(const tf_u8* __restrict__ in, tf
     }
     if (tid < valid_a) row_out[tid] = out_n + decode(static_cast<unsigned>(a0 + tid), p.na, p.a_sizes, p.a_out);
     __syncthreads();
-    // Load: a thread reads one 16-byte piece of 4 consecutive rows (4 lanes a row, 8 row groups a warp);
-    // a 16-byte word that holds any byte of a piece is read whole (aligned: it lies in the tensor's
-    // allocation), and bytes past the valid columns are never written out. Every load is issued before
-    // the first is used.
+    // Load: a thread reads one 16-byte piece of 4 consecutive rows (4 lanes a row, 8 row groups a warp):
+    // the aligned 16-byte word that holds its first byte, shifted into place with the next word where the
+    // rows start off a 16-byte boundary. A word that holds any valid byte of a row is read whole (aligned,
+    // it lies in the same page), and bytes past the valid columns are never written out. Every load is
+    // issued before the first is used.
     constexpr int PASSES = (UNITS + THREADS - 1) / THREADS;
+    // Unaligned: a row's pieces share one misalignment, so the word after a thread's first one is the next
+    // lane's first (the 4 lanes of a row hold its pieces in order); only the row's last piece loads it.
     uint4 v[PASSES][4];
+    uint4 hi[PASSES][4];
+    int off[PASSES][4];
 #pragma unroll
     for (int i = 0; i < PASSES; ++i) {
         const int unit = tid + THREADS * i;
@@ -112,8 +127,34 @@ __device__ __forceinline__ void permute_realign(const tf_u8* __restrict__ in, tf
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
             v[i][e] = make_uint4(0, 0, 0, 0);
-            if (unit < UNITS && row_in[4 * g + e] >= 0 && 16 * k < valid_a) {
-                v[i][e] = *reinterpret_cast<const uint4*>(in + row_in[4 * g + e] + 16 * k);
+            hi[i][e] = make_uint4(0, 0, 0, 0);
+            off[i][e] = 0;
+            if (unit < UNITS && row_in[4 * g + e] >= 0) {
+                const tf_u64 at = reinterpret_cast<tf_u64>(in + row_in[4 * g + e] + 16 * k);
+                if (ALIGNED) {  // every piece starts on a 16-byte boundary (the caller checks)
+                    if (16 * k < valid_a) v[i][e] = *reinterpret_cast<const uint4*>(at);
+                } else {
+                    const int o = static_cast<int>(at & 15);
+                    const uint4* word = reinterpret_cast<const uint4*>(at - o);
+                    if (16 * k - o < valid_a) v[i][e] = word[0];  // the word holds a valid byte
+                    if (k == CHUNKS - 1 && 16 * k + 16 - o < valid_a) hi[i][e] = word[1];
+                    off[i][e] = o;
+                }
+            }
+        }
+    }
+    if (!ALIGNED) {
+        const bool last = tid % CHUNKS == CHUNKS - 1;  // (THREADS is a multiple of CHUNKS)
+#pragma unroll
+        for (int i = 0; i < PASSES; ++i) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                uint4 next;
+                next.x = __shfl_down_sync(0xffffffffu, v[i][e].x, 1);
+                next.y = __shfl_down_sync(0xffffffffu, v[i][e].y, 1);
+                next.z = __shfl_down_sync(0xffffffffu, v[i][e].z, 1);
+                next.w = __shfl_down_sync(0xffffffffu, v[i][e].w, 1);
+                v[i][e] = shifted(v[i][e], last ? hi[i][e] : next, off[i][e]);
             }
         }
     }
@@ -176,7 +217,14 @@ __device__ __forceinline__ void permute_realign(const tf_u8* __restrict__ in, tf
 
 }  // namespace tileflip_realign
 
-extern "C" __global__ void __launch_bounds__(256)
+extern "C" __global__ void __launch_bounds__(288)
     permute_realign_u8(const tf_u8* __restrict__ in, tf_u8* __restrict__ out, const tileflip_realign::Params p) {
-    tileflip_realign::permute_realign<64, 256>(in, out, p);
+    tileflip_realign::permute_realign<64, 256, false>(in, out, p);
+}
+
+// The same where every input piece starts on a 16-byte boundary: one load a piece, nothing to shift.
+extern "C" __global__ void __launch_bounds__(288)
+    permute_realign_u8_aligned(const tf_u8* __restrict__ in, tf_u8* __restrict__ out,
+                               const tileflip_realign::Params p) {
+    tileflip_realign::permute_realign<64, 256, true>(in, out, p);
 }
