@@ -7,6 +7,7 @@
 #        bench-distributed (BENCH_ARGS: extra options, e.g. "--part 1/2") device tune tune-write analyze
 #        analyze-json
 #        bench-permute-wide (too long for one call: BENCH_ARGS="--part K/6", the parts merge into one file)
+#        bench-permute-strategies (the strategy sweep of the same suite, no peers; BENCH_ARGS="--part K/N")
 #        bench-stability (STABILITY_ARGS, not BENCH_ARGS, so that it can share a call with a --part step:
 #        e.g. "--measurements 10 --seed 0")
 set -u
@@ -51,6 +52,8 @@ for step in "$@"; do
     bench-permute) bench bench-permute 200 $TILEFLIP bench --suite permute --quick --out "$RESULTS" ${BENCH_ARGS:-} ;;
     bench-permute-random) bench bench-permute-random 300 $TILEFLIP bench --suite permute-random --quick --out "$RESULTS" ${BENCH_ARGS:-} ;;
     bench-permute-wide) bench bench-permute-wide 570 $TILEFLIP bench --suite permute-wide --quick --out "$RESULTS" ${BENCH_ARGS:-} ;;
+    bench-permute-strategies) bench bench-permute-strategies 570 $TILEFLIP bench --suite permute-wide --quick \
+                                --backends auto,triton,cuda-realign --out "$RESULTS" ${BENCH_ARGS:-} ;;
     bench-stability) bench bench-stability 500 $TILEFLIP bench --suite stability --out "$RESULTS" ${STABILITY_ARGS:-} ;;
     bench-cast) bench bench-cast 200 $TILEFLIP bench --suite cast --quick --out "$RESULTS" ${BENCH_ARGS:-} ;;
     bench-distributed) bench bench-distributed 300 $TILEFLIP bench --suite distributed --out "$RESULTS" ${BENCH_ARGS:-} ;;

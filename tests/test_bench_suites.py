@@ -16,7 +16,7 @@ from helpers import POISON_BYTE, assert_bits_equal, random_bits
 
 from tileflip.bench import cases, records, stability, suites, wide
 from tileflip.bench.cases import Case
-from tileflip.plan.dtypes import ELEMENT_SIZE
+from tileflip.plan.dtypes import ELEMENT_SIZE, element_size
 
 MIB = 1 << 20
 
@@ -268,6 +268,50 @@ def test_wide_parts_merge_and_summary(tmp_path, monkeypatch, capsys):
     assert f"least {fractions[0]:.1%}" in line
     assert sum(f >= 0.68 for f in fractions) > 0
     assert f"on {sum(f >= 0.68 for f in fractions)} of {len(fractions)}" in line
+
+
+def test_strategy_sweep_writes_its_own_file_and_counts_close_picks(tmp_path, monkeypatch, capsys):
+    """`--backends auto,triton,cuda-realign` on a permute suite is the strategy sweep: its own results
+    file beside the suite's, and a line saying on how many cases auto is within 5% of the fastest."""
+    from tileflip.bench import plots
+    from tileflip.cli import bench as cli_bench
+    from tileflip.cli import main
+
+    figures = {"auto": 0.9, "triton": 0.5, "cuda-realign": 0.92}
+
+    def measure(case_list, backends, rounds, quick, log=print):
+        assert backends == ["auto", "triton", "cuda-realign"]
+        rows = []
+        for i, case in enumerate(case_list):
+            base = {"gpu": "NVIDIA H200", "time": "t", "shape": list(case.shape), "perm": list(case.perm),
+                    "dtype": case.dtype, "name": case.name, "round": 0, "copy_gbps": 4000.0}  # fmt: skip
+            rows.append(dict(base, op="copy", backend="copy", ms=1.0, gbps=4000.0, fraction_of_copy=1.0))
+            for b, f in figures.items():
+                f = f if i else f / 2 if b == "auto" else f  # the first case: auto far from the fastest
+                rows.append(dict(base, op="permute", backend=b, ms=1 / f, gbps=4000 * f, fraction_of_copy=f))
+        return rows
+
+    monkeypatch.setattr(cli_bench, "_no_gpu", lambda what="": False)
+    monkeypatch.setattr(plots, "draw_if_possible", lambda path, log=print: [])
+    monkeypatch.setattr(suites, "measure", measure)
+    argv = ["bench", "--suite", "permute-wide", "--part", "1/100", "--rounds", "1", "--out", str(tmp_path),
+            "--backends", "auto,triton,cuda-realign"]  # fmt: skip
+    assert main(argv) == 0
+    assert (tmp_path / "h200" / "permute-wide-strategies.json").exists()
+    assert not (tmp_path / "h200" / "permute-wide.json").exists()
+    out = capsys.readouterr().out
+    one_byte = [c for c in cases.suite_cases("permute-wide", "1/100") if element_size(c.dtype) == 1]
+    first_is_one_byte = element_size(cases.suite_cases("permute-wide", "1/100")[0].dtype) == 1
+    close = len(one_byte) - first_is_one_byte
+    assert (f"  strategies: auto within 5% of the fastest of auto, triton, cuda-realign on {close} of "
+            f"{len(one_byte)}") in out  # fmt: skip
+
+
+def test_results_name():
+    assert suites.results_name("permute-wide", ["auto", "triton", "cuda-realign"]) == "permute-wide-strategies"
+    assert suites.results_name("permute-wide", ["auto", "torch-compile"]) == "permute-wide"
+    assert suites.results_name("permute-wide", ["auto", "triton", "torch-compile"]) == "permute-wide"
+    assert suites.results_name("2d", ["triton", "cuda-vec"]) == "2d"
 
 
 def test_wide_summary_counts_level_within_two_points():

@@ -115,10 +115,19 @@ def run(suite: str, *, part: str | None, quick: bool, rounds: int, backends: lis
         backends = [b for b in backends or (*TILEFLIP_BACKENDS, *PEERS) if b != "cuda-realign"]
     records = measure(cases, backends, rounds, quick, log)
     print(table(records))
-    path = rec.write_results(records, suite, out_dir, command, part=part)
+    path = rec.write_results(records, results_name(suite, backends), out_dir, command, part=part)
     if suite == "permute-wide":  # over every part merged so far
         print(wide_summary(rec.load_records(path, "results file")))
     return [str(path), *plots.draw_if_possible(path, log=log)]
+
+
+def results_name(suite: str, backends) -> str:
+    """The results file's name: ``<suite>-strategies`` for a strategy sweep (a permute suite timed on
+    more than one of auto's strategies and no peer), else the suite's."""
+    strategies = [b for b in backends if b in PERMUTE_STRATEGIES and b != "auto"]
+    if suite in PERMUTE_SUITES and len(strategies) > 1 and not any(b in PEERS for b in backends):
+        return f"{suite}-strategies"
+    return suite
 
 
 LEVEL = 0.02  # within 2 points of torch.compile counts as level with it
