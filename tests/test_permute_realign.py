@@ -299,3 +299,24 @@ def test_backend_cuda_realign_runs_where_the_model_prefers_triton(shape, dims, m
     _forbid(monkeypatch, triton_transpose, "launch")
     x = random_bits(shape, torch.int8, "cuda", seed=7)
     assert_bits_equal(tileflip.permute(x, dims, backend="cuda-realign"), x.permute(dims).contiguous())
+
+
+@pytest.mark.gpu
+def test_backend_cuda_realign_strided_and_expanded_inputs():
+    base = random_bits((7, 61, 3, 1203), torch.int8, "cuda", seed=8)
+    strided = base[1:6, ::2, 1, 5:1200]  # every stride but the last odd, the start off any boundary
+    expanded = random_bits((1, 45, 1, 307), torch.int8, "cuda", seed=9).expand(6, 45, 5, 307)
+    for x, dims in ((strided, (2, 0, 1)), (expanded, (3, 1, 0, 2)), (expanded, (2, 3, 0, 1))):
+        out = poisoned(tuple(x.shape[d] for d in dims), torch.int8, "cuda")
+        tileflip.permute(x, dims, out, backend="cuda-realign")
+        assert_bits_equal(out, x.permute(dims).contiguous())
+
+
+@pytest.mark.gpu
+def test_backend_cuda_realign_offsets_past_2_to_the_31():
+    shape, dims = (2, 1031, 1_048_583), (0, 2, 1)  # 2.16e9 bytes: offsets past 2**31 on both sides
+    gen = torch.Generator("cuda").manual_seed(10)
+    x = torch.randint(-128, 128, shape, dtype=torch.int8, device="cuda", generator=gen)
+    out = torch.empty(tuple(shape[d] for d in dims), dtype=torch.int8, device="cuda").fill_(0x5A)
+    tileflip.permute(x, dims, out, backend="cuda-realign")
+    assert_bits_equal(out, x.permute(dims).contiguous())
