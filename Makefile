@@ -33,8 +33,10 @@ $(TEST_STAMP): $(BASE_STAMP)
 demo: $(DEMO_STAMP)
 	$(VENV)/bin/tileflip demo
 
+# One pytest worker per core (pytest-xdist). worksteal hands each worker a contiguous half of the tests,
+# which keeps a module's shared fixtures and its child processes on one worker, then rebalances at the end.
 test: $(TEST_STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n auto --dist worksteal
 
 # On a machine that already has torch and triton with a GPU (no venv, no network):
 gpu-test:

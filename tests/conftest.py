@@ -1,11 +1,14 @@
-"""Test set-up: the Triton interpreter on machines without a GPU, and the `gpu` marker's skip.
+"""Test set-up: the Triton interpreter on machines without a GPU, the `gpu` marker's skip, one torch
+thread per pytest-xdist worker, and the reports of helpers.without_interpreter's child processes.
 
 TRITON_INTERPRET must be set before triton decorates the kernels (at import), so it is set here,
 before any test module imports tileflip's kernels.
 """
 
+import json
 import os
 
+import helpers
 import pytest
 import torch
 from helpers import NO_INTERPRETER_FLAG
@@ -13,6 +16,12 @@ from helpers import NO_INTERPRETER_FLAG
 HAS_GPU = torch.cuda.is_available()
 if not HAS_GPU and not os.environ.get(NO_INTERPRETER_FLAG):  # set by helpers.without_interpreter
     os.environ.setdefault("TRITON_INTERPRET", "1")
+
+# Under pytest-xdist (`make test`) every core already runs a worker: torch's intra-op threads, in the
+# worker and in the processes it starts, would only contend with the other workers for the cores.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    torch.set_num_threads(1)
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 GPUS = torch.cuda.device_count() if HAS_GPU else 0
@@ -26,6 +35,24 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(no_gpu)
         elif "multigpu" in item.keywords and GPUS < 2:
             item.add_marker(one_gpu)
+
+
+def pytest_collection_finish(session):
+    """The tests helpers.without_interpreter runs in children: every such test this process collected."""
+    helpers.pending[:] = [
+        item.nodeid
+        for item in session.items
+        if getattr(getattr(item, "obj", None), "without_interpreter", False) and not item.get_closest_marker("skip")
+    ]
+
+
+def pytest_runtest_logreport(report):
+    """In the child of helpers.without_interpreter: each report, for the parent to read."""
+    path = os.environ.get(helpers.CHILD_REPORTS)
+    if path:
+        with open(path, "a") as f:
+            line = {"nodeid": report.nodeid, "when": report.when, "outcome": report.outcome}
+            f.write(json.dumps({**line, "longrepr": report.longreprtext}) + "\n")
 
 
 @pytest.fixture

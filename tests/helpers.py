@@ -4,10 +4,11 @@ tests that compile kernels for sm_90."""
 from __future__ import annotations
 
 import functools
+import json
 import os
-import re
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import torch
@@ -59,21 +60,68 @@ def without_interpreter(test):
     A test that compiles a kernel for sm_90 cannot run after interpreted kernels with reductions
     (``tl.max``) in the same process: Triton 3.6's interpreter leaves ``triton.language.core`` patched
     after them, and the compiler then fails (hidden while Triton's compile cache holds the kernel, so it
-    shows on a fresh machine). Under the interpreter the test runs again, by itself, as a child pytest
-    process without TRITON_INTERPRET, and fails where the child fails; elsewhere it runs in place."""
+    shows on a fresh machine). Under the interpreter the test runs again in a child pytest process
+    without TRITON_INTERPRET, and fails where the child fails; elsewhere it runs in place.
+
+    A child costs a start of pytest, torch and triton, so the first such test of a module to run starts
+    one child for every such test of that module this process collected (``pending``), and the others
+    take their verdicts from it: no interpreter runs in that child, which is all the tests need. A test
+    that child did not finish (it died or timed out in it or before it) runs again in a child of its own."""
 
     @functools.wraps(test)
     def run(*args, **kwargs):
         if os.environ.get("TRITON_INTERPRET") != "1":
             return test(*args, **kwargs)
         node = os.environ["PYTEST_CURRENT_TEST"].rsplit(" ", 1)[0]  # "<node id> (call)"
+        if node not in _child_reports:
+            module = node.split("::")[0]
+            batch = [n for n in pending if n.split("::")[0] == module and n not in _child_reports]
+            _run_child(batch if node in batch else [node])
+        if not any(r["when"] == "teardown" for r in _child_reports[node]):  # that child stopped before its end
+            _run_child([node])
+        _assert_ran_and_passed(node)
+
+    run.without_interpreter = True
+    return run
+
+
+# Set in the child of ``without_interpreter``: the file where conftest appends each test report as JSON.
+CHILD_REPORTS = "TILEFLIP_TEST_CHILD_REPORTS"
+# Node ids of the ``without_interpreter`` tests this process collected, filled by conftest.
+pending: list[str] = []
+# node id -> the child's reports on it (setup, call, teardown), and the end of that child's output.
+_child_reports: dict[str, list[dict]] = {}
+_child_output: dict[str, str] = {}
+
+
+def _run_child(nodes: list[str]) -> None:
+    """Run ``nodes`` in one child pytest without the interpreter and keep its reports and output."""
+    with tempfile.TemporaryDirectory(prefix="tileflip-child-") as folder:
+        path = os.path.join(folder, "reports.jsonl")
         env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "PYTEST_CURRENT_TEST")}
         env[NO_INTERPRETER_FLAG] = "1"
-        proc = subprocess.run(
-            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", node],
-            cwd=Path(__file__).resolve().parents[1], env=env, capture_output=True, text=True, timeout=600,
-        )  # fmt: skip
-        ran = re.search(r"^1 passed", proc.stdout, re.MULTILINE)  # the one test ran (not skipped) and passed
-        assert proc.returncode == 0 and ran, proc.stdout[-4000:] + proc.stderr[-2000:]
+        env[CHILD_REPORTS] = path
+        command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", *nodes]
+        try:
+            proc = subprocess.run(command, cwd=Path(__file__).resolve().parents[1], env=env, capture_output=True,
+                                  text=True, timeout=600 * len(nodes))  # fmt: skip
+            tail = f"the child pytest exited with status {proc.returncode}:\n{proc.stdout[-4000:]}{proc.stderr[-2000:]}"
+        except subprocess.TimeoutExpired as stop:
+            tail = f"the child pytest timed out after {stop.timeout} s"
+        reports: dict[str, list[dict]] = {node: [] for node in nodes}
+        if os.path.exists(path):
+            with open(path) as f:
+                for line in f:
+                    report = json.loads(line)
+                    reports.setdefault(report["nodeid"], []).append(report)
+    _child_reports.update(reports)
+    _child_output.update(dict.fromkeys(nodes, tail))
 
-    return run
+
+def _assert_ran_and_passed(node: str) -> None:
+    """The child ran the test (not skipped) and every phase passed."""
+    reports, tail = _child_reports[node], _child_output[node]
+    failed = [r for r in reports if r["outcome"] == "failed"]
+    ran = any(r["when"] == "call" and r["outcome"] == "passed" for r in reports)
+    detail = "\n".join(f"{r['when']}: {r['outcome']}\n{r['longrepr']}" for r in failed or reports)
+    assert ran and not failed, f"{node} in the child without the interpreter:\n{detail[-6000:]}\n{tail}"

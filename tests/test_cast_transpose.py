@@ -275,7 +275,9 @@ def test_other_tiles_and_grouped_order(config, M, path):
     """Many programs with tails in both dimensions, grouped program order included; tiles with fewer
     values per thread than an asm instance packs (16x16 with 4 warps) too."""
     device, hw_cvt = path
-    x = random_bits((M, 200), torch.bfloat16, device, seed=9)
+    # 16x16 tiles: 56 columns still make many programs (8 or 9 x 4, a tail in N and at M = 130 in M), a third
+    # of what 200 columns launch.
+    x = random_bits((M, 200 if config.block_n > 16 else 56), torch.bfloat16, device, seed=9)
     check(x, E4M3, 0.25, config=config, hw_cvt=hw_cvt)
 
 
