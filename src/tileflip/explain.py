@@ -137,17 +137,14 @@ def _permute_launch(p, size) -> list[str]:
         ]
     bb, ba = go.blocks
 
-    def axis(dims):
-        return " x ".join(f"dim {d} ({p.sizes[d]})" for d in dims) or "-"
-
     size_a, size_b = product(p.sizes[d] for d in go.a_dims), product(p.sizes[d] for d in go.b_dims)
     tiles = go.grid[0] * go.grid[1]
     lines = [
         f"tile kernel ({'loads and stores along A' if go.kept else 'loads along A, stores along B'}): "
         f"tile {bb} (B) x {ba} (A), {go.num_warps} warps",
-        f"  A (input-fastest first): {axis(go.a_dims)} = {size_a}",
-        f"  B (output-fastest first): {axis(go.b_dims)} = {size_b}",
-        f"  batch (per program): {axis(go.batch_dims)} = {go.batch}",
+        f"  A (input-fastest first): {_axis(p, go.a_dims)} = {size_a}",
+        f"  B (output-fastest first): {_axis(p, go.b_dims)} = {size_b}",
+        f"  batch (per program): {_axis(p, go.batch_dims)} = {go.batch}",
         f"vectors on full tiles: loads {go.vec[0]}, stores {go.vec[1]} elements"
         f" ({go.vec[0] * size} B / {go.vec[1] * size} B); {64 if go.offsets64 else 32}-bit offsets"
         f"{'; 64-bit tile indices' if go.wide else ''}{f'; at most {go.maxnreg} registers' if go.maxnreg else ''}",
@@ -155,6 +152,10 @@ def _permute_launch(p, size) -> list[str]:
         f" consecutive programs along {'B' if go.b_fast else 'A'}",
     ]
     return lines
+
+
+def _axis(p, dims) -> str:
+    return " x ".join(f"dim {d} ({p.sizes[d]})" for d in dims) or "-"
 
 
 def _realign_or(p, size, lines) -> list[str]:
@@ -170,17 +171,14 @@ def _realign_or(p, size, lines) -> list[str]:
     if go is None:
         return [head, *lines]
 
-    def axis(dims):
-        return " x ".join(f"dim {d} ({p.sizes[d]})" for d in dims) or "-"
-
     ta, step = REALIGN_TILE
     pieces = "on 16-byte boundaries" if tuning.realign_aligned(p, go) else "at any byte (two loads and a shift each)"
     return [
         head,
         "CUDA realigned-store kernel (backend auto; kernels/cuda/permute_realign.cu):",
-        f"  A (input-fastest first, one input run): {axis(go.a_dims)} = {product(p.sizes[d] for d in go.a_dims)}",
-        f"  B (output-fastest first, one output run): {axis(go.b_dims)} = {product(p.sizes[d] for d in go.b_dims)}",
-        f"  batch (per block): {axis(go.batch_dims)} = {go.batch}",
+        f"  A (input-fastest first, one input run): {_axis(p, go.a_dims)} = {product(p.sizes[d] for d in go.a_dims)}",
+        f"  B (output-fastest first, one output run): {_axis(p, go.b_dims)} = {product(p.sizes[d] for d in go.b_dims)}",
+        f"  batch (per block): {_axis(p, go.batch_dims)} = {go.batch}",
         f"  tile {ta} (A) x {step} (B) bytes a block, 288 threads; input pieces {pieces}; each output row "
         "written as aligned 16-byte pieces from a 32-byte boundary (its start is at any byte)",
         f"  grid: {realign_grid(p.sizes, go)[2]} blocks (1-D), consecutive blocks along A",

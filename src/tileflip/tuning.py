@@ -371,7 +371,7 @@ def realign_fill(p, go) -> float:
 
 def realign_aligned(p, go) -> bool:
     """Whether every input piece of launch ``go`` starts on a 16-byte boundary of the tensor's start."""
-    return all(p.in_strides[d] % VECTOR_BYTES == 0 for d in (*go.b_dims, *go.batch_dims))
+    return geometry.realign_aligned(p.in_strides, go)
 
 
 def tile_vectors_wide(p, element_size: int) -> bool:
@@ -385,8 +385,11 @@ def tile_vectors_wide(p, element_size: int) -> bool:
 def strategy_fractions(p, element_size: int) -> dict:
     """The model's predicted fraction of copy of each strategy that can run plan ``p`` (1-byte
     transposed tiles: the Triton tile kernel and, where it can take it, the realigned-store kernel)."""
+    return _fractions(p, element_size, realign_candidate(p, element_size))
+
+
+def _fractions(p, element_size: int, go) -> dict:
     fractions = {"tile": TILE_FRACTION[tile_vectors_wide(p, element_size)]}
-    go = realign_candidate(p, element_size)
     if go is not None:
         fractions["realign"] = REALIGN_FRACTION[realign_aligned(p, go)] * realign_fill(p, go)
     return fractions
@@ -397,5 +400,5 @@ def realign_launch(p, element_size: int) -> PermuteLaunch | None:
     go = realign_candidate(p, element_size)
     if go is None:
         return None
-    fractions = strategy_fractions(p, element_size)
+    fractions = _fractions(p, element_size, go)
     return go if fractions["realign"] > fractions["tile"] else None

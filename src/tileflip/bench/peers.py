@@ -18,6 +18,7 @@ PERMUTE_STRATEGIES = ("auto", "triton", "cuda-realign")  # the permute backends 
 
 
 def plan_of(x, perm):
+    """The permute plan of ``x`` by ``perm`` (what ``auto`` runs)."""
     from tileflip import plan
 
     return plan.plan_permute(tuple(x.shape), tuple(x.stride()), tuple(perm), x.element_size())
@@ -34,8 +35,9 @@ def op_functions(case: Case, x, out, backends):
     if case.perm is not None:
         for b in backends:
             if b in PERMUTE_STRATEGIES:  # auto and the strategies it chooses among
-                if b == "cuda-realign" and realign_refusal(x, plan_of(x, case.perm)):
-                    notes[b] = f"not for this case: {realign_refusal(x, plan_of(x, case.perm))}"
+                refusal = b == "cuda-realign" and realign_refusal(x, plan_of(x, case.perm))
+                if refusal:
+                    notes[b] = f"not for this case: {refusal}"
                     continue
                 fns.append((b, lambda b=b: tileflip.permute(x, case.perm, out, backend=b)))
             elif b == "torch-contiguous":

@@ -15,7 +15,7 @@ import statistics
 
 from tileflip.bench import records as rec
 from tileflip.bench.cases import PEERS, PERMUTE_SUITES, TILEFLIP_BACKENDS, Case, suite_cases
-from tileflip.bench.peers import PERMUTE_STRATEGIES, op_functions, run_xla
+from tileflip.bench.peers import PERMUTE_STRATEGIES, op_functions, plan_of, run_xla
 
 
 def measure(cases: list[Case], backends: list[str], rounds: int, quick: bool, log=print) -> list[dict]:
@@ -67,9 +67,7 @@ def measure(cases: list[Case], backends: list[str], rounds: int, quick: bool, lo
 
 def permute_kind(x, case: Case) -> str:
     """The plan's kind for a permute case (what ``auto`` runs)."""
-    from tileflip import plan
-
-    return plan.plan_permute(tuple(x.shape), tuple(x.stride()), case.perm, x.element_size()).kind
+    return plan_of(x, case.perm).kind
 
 
 def summary_line(records: list[dict], case: Case) -> str:

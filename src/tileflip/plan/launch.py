@@ -368,6 +368,12 @@ def realign_axes(sizes, in_strides, cap_a: int, cap_b: int, align: int = VECTOR_
     return tuple(a_dims), tuple(b_dims), tuple(batch)
 
 
+def realign_aligned(in_strides, go: PermuteLaunch) -> bool:
+    """Whether every input piece of the realigned-store launch ``go`` starts on a 16-byte boundary of the
+    tensor's start (the strides of B and the batch multiples of 16; A's pieces start at multiples of 64)."""
+    return all(in_strides[d] % VECTOR_BYTES == 0 for d in (*go.b_dims, *go.batch_dims))
+
+
 def realign_grid(sizes, go: PermuteLaunch) -> tuple[int, int, int]:
     """(A tiles, B tiles, blocks) of the realigned-store kernel on launch ``go``'s axes: B tiles reach one
     halo past the row's end, where the last rows' pieces end."""

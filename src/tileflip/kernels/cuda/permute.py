@@ -18,7 +18,7 @@ import torch
 from tileflip.kernels.cuda import nvrtc
 from tileflip.kernels.cuda.transpose import _arch
 from tileflip.kernels.triton.launch import current_stream
-from tileflip.plan.launch import product, realign_grid
+from tileflip.plan.launch import product, realign_aligned, realign_grid
 from tileflip.plan.permute import contiguous_strides
 
 CU_FILE = Path(__file__).with_name("permute_realign.cu")
@@ -68,8 +68,7 @@ def params_of(plan, go) -> tuple[_Params, int, bool] | None:
     fields = (size_a, size_b, tiles_a, tiles_b, len(a[0]), len(b[0]), len(n[0]), 0,
               padded(a[0], 4), padded(a[1], 4), padded(b[0], 4), padded(b[1], 4),
               padded(n[0], 6), padded(n[1], 6), padded(n[2], 6))  # fmt: skip
-    aligned = all(in_strides[d] % 16 == 0 for d in (*go.b_dims, *go.batch_dims))
-    return _Params(*fields), blocks, aligned
+    return _Params(*fields), blocks, realign_aligned(in_strides, go)
 
 
 class _ThreadArgs(threading.local):
