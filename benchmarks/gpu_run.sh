@@ -2,8 +2,9 @@
 # The GPU machine's steps: `bash benchmarks/gpu_run.sh STEP...` runs the named steps in order, each under
 # its own time limit, logging to $OUT/log.txt. The bench steps write into the tree's benchmarks/results
 # (so that --part runs merge into the suite's file) and copy each file they wrote to $OUT/results/.
-# Steps: env xdist tests tests-par tests-multi tests-only (TESTS="tests/x.py ...")
-#        bench-2d bench-2d-extra bench-square bench-host bench-permute bench-permute-random bench-cast
+# Steps: env xdist torchao (wheels from .wheels/; torchao for the quantize peers and tests)
+#        tests tests-par tests-multi tests-only (TESTS="tests/x.py ...")
+#        bench-2d bench-2d-extra bench-square bench-host bench-permute bench-permute-random bench-cast bench-quantize
 #        bench-distributed (BENCH_ARGS: extra options, e.g. "--part 1/2") device tune tune-write analyze
 #        analyze-json
 #        bench-permute-wide (too long for one call: BENCH_ARGS="--part K/6", the parts merge into one file)
@@ -41,6 +42,7 @@ for step in "$@"; do
   case $step in
     env) run env 60 python3 -c "import torch, triton, sys; print(sys.version, torch.__version__, triton.__version__, torch.cuda.get_device_name(), torch.cuda.device_count())" ;;
     xdist) run xdist 60 python3 -m pip install -q --no-index .wheels/execnet-*.whl .wheels/pytest_xdist-*.whl ;;
+    torchao) run torchao 60 python3 -m pip install -q --no-deps --no-index .wheels/torchao-*.whl ;;
     tests) run tests 540 python3 -m pytest -m "gpu and not multigpu" -q -p no:cacheprovider --maxfail=20 --durations=5 ;;
     tests-par) run tests-par 380 python3 -m pytest -m "gpu and not multigpu" -q -p no:cacheprovider -n 8 --maxfail=20 -rs ;;
     tests-multi) run tests-multi 200 python3 -m pytest -m multigpu -q -p no:cacheprovider -rs ;;
@@ -55,6 +57,7 @@ for step in "$@"; do
     bench-permute-strategies) bench bench-permute-strategies 570 $TILEFLIP bench --suite permute-wide --quick \
                                 --backends auto,triton,cuda-realign --out "$RESULTS" ${BENCH_ARGS:-} ;;
     bench-stability) bench bench-stability 500 $TILEFLIP bench --suite stability --out "$RESULTS" ${STABILITY_ARGS:-} ;;
+    bench-quantize) bench bench-quantize 570 $TILEFLIP bench --suite quantize --quick --out "$RESULTS" ${BENCH_ARGS:-} ;;
     bench-cast) bench bench-cast 200 $TILEFLIP bench --suite cast --quick --out "$RESULTS" ${BENCH_ARGS:-} ;;
     bench-distributed) bench bench-distributed 300 $TILEFLIP bench --suite distributed --out "$RESULTS" ${BENCH_ARGS:-} ;;
     device) run device 120 $TILEFLIP bench --suite device && cp src/tileflip/data/h200.json "$OUT/" ;;

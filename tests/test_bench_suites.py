@@ -270,6 +270,30 @@ def test_wide_parts_merge_and_summary(tmp_path, monkeypatch, capsys):
     assert f"on {sum(f >= 0.68 for f in fractions)} of {len(fractions)}" in line
 
 
+def test_quantize_parts_merge_by_shape(tmp_path, monkeypatch):
+    """`tileflip bench --suite quantize --part K/N` measures every N-th shape from the K-th and merges it
+    into the one results file (the measurement replaced by a stand-in)."""
+    from tileflip.bench import quantize
+    from tileflip.cli import bench as cli_bench
+    from tileflip.cli import main
+
+    def fake(shapes, **kwargs):
+        return [dict(gpu="NVIDIA H200", op="quantize", recipe="mxfp8", outputs="both", shape=list(s),
+                     dtype="bfloat16", backend=b, ms=1.0, fraction_of_copy=1.0, round=0)
+                for s in shapes for b in ("copy", "tileflip")]  # fmt: skip
+
+    monkeypatch.setattr(cli_bench, "_no_gpu", lambda what="": False)
+    monkeypatch.setattr(quantize, "measure", fake)
+    shapes = "64x256,128x128,256x64"
+    for part in ("2/2", "1/2"):
+        assert main(["bench", "--suite", "quantize", "--shapes", shapes, "--part", part, "--out", str(tmp_path)]) == 0
+        data = json.loads((tmp_path / "h200" / "quantize.json").read_text())
+        got = sorted({tuple(r["shape"]) for r in data["records"]})
+        assert got == ([(128, 128)] if part == "2/2" else [(64, 256), (128, 128), (256, 64)])
+    assert sorted(data["parts"]) == ["1/2", "2/2"]
+    assert len(data["records"]) == 6
+
+
 def test_strategy_sweep_writes_its_own_file_and_counts_close_picks(tmp_path, monkeypatch, capsys):
     """`--backends auto,triton,cuda-realign` on a permute suite is the strategy sweep: its own results
     file beside the suite's, and a line saying on how many cases auto is within 5% of the fastest."""
@@ -486,6 +510,7 @@ STABILITY_REFUSALS = [
     (["--suite", "stability"], "needs a CUDA GPU"),
     (["--suite", "quantize", "--shapes", "8192by64"], "shape must look like 31x65"),
     (["--suite", "quantize", "--rounds", "0"], "expected a positive integer"),
+    (["--suite", "quantize", "--part", "3/2"], "expected K/N with 1 <= K <= N"),
     (["--suite", "quantize"], "needs a CUDA GPU"),
 ]
 

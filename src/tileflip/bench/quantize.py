@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 
+from tileflip.bench.cases import parse_part
 from tileflip.bench.records import meta as run_meta
 from tileflip.bench.records import time_ms, write_results
 from tileflip.plan import scales
@@ -170,8 +171,13 @@ def table(records: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def run(shapes, *, rounds: int, quick: bool, out_dir, command: str, log=print) -> list[str]:
-    """Measure, print the table and write the results file (suite ``quantize``); returns the path written."""
+def run(shapes, *, rounds: int, quick: bool, out_dir, command: str, part: str | None = None,
+        log=print) -> list[str]:  # fmt: skip
+    """Measure, print the table and write the results file (suite ``quantize``; ``part`` "K/N": every N-th
+    shape from the K-th, merged into the file); returns the path written."""
+    if part:
+        k, n = parse_part(part)
+        shapes = list(shapes)[k - 1 :: n]
     records = measure(shapes, rounds=rounds, quick=quick, log=log)
     print(table(records))
-    return [str(write_results(records, "quantize", out_dir, command))]
+    return [str(write_results(records, "quantize", out_dir, command, part=part))]

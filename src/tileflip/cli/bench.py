@@ -169,6 +169,8 @@ def _quantize(argv: list[str], whole: list[str]) -> int:
                                             "both) against torchao's kernels, torch.compile and a same-run "
                                             "copy.")  # fmt: skip
     p.add_argument("--shapes", type=_shapes, default=quantize.SHAPES, help="comma-separated MxN of the bf16 input")
+    p.add_argument("--part", type=_part, default=None,
+                   help="K/N: measure every N-th shape from the K-th, merged into the suite's results file")
     p.add_argument("--rounds", type=_positive, default=3, help="interleaved rounds per case (default 3)")
     p.add_argument("--quick", action="store_true",
                    help="shorter timing: 10 warm-up calls and 40 timed repetitions per figure (else 25 and 100)")
@@ -176,7 +178,7 @@ def _quantize(argv: list[str], whole: list[str]) -> int:
     args = p.parse_args(argv)
     if _no_gpu("the quantize benchmark"):
         return 2
-    written = quantize.run(args.shapes, rounds=args.rounds, quick=args.quick, out_dir=args.out,
+    written = quantize.run(args.shapes, part=args.part, rounds=args.rounds, quick=args.quick, out_dir=args.out,
                            command=_command(whole), log=_log)  # fmt: skip
     for path in written:
         print(f"wrote {path}")
