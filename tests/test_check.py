@@ -40,6 +40,7 @@ SHIPPED_WRONG = {
     "triton_wrong.py:swapped_bounds": "swapped-bounds",
     "triton_wrong.py:reused_mask": "reused-input-mask",
     "triton_wrong.py:no_store_mask": "missing-mask",
+    "triton_wrong.py:untransposed_tile": "untransposed-tile",
     "triton_wrong.py:square_only": "square-only-tiling",
     "per_element.py:naive_leading_dim": "leading-dimension",
     "per_element.py:naive_swapped_bounds": "swapped-bounds",
@@ -90,6 +91,7 @@ def default_reports(tmp_path_factory):
     names = [*SHIPPED_WRONG, *SHIPPED_RIGHT]
     folder = tmp_path_factory.mktemp("fresh_kernels")
     fresh = {case: write_fresh(folder, *case) for case in FRESH_CASES}
+    fresh["docs-example"] = docs_example(folder)
     reports = run_checks([*(shipped(name) for name in names), *fresh.values()])
     return {name: reports[shipped(name)] for name in names} | {case: reports[t] for case, t in fresh.items()}
 
@@ -97,6 +99,23 @@ def default_reports(tmp_path_factory):
 @pytest.fixture(scope="module")
 def shipped_reports(default_reports):
     return {name: default_reports[name] for name in [*SHIPPED_WRONG, *SHIPPED_RIGHT]}
+
+
+def docs_example(folder: Path) -> str:
+    """The complete target of docs/api.md's checker section, written to a file: the target string."""
+    text = (ROOT / "docs" / "api.md").read_text()
+    section = text[text.index("## Checking your own transpose") :]
+    code = section.split("```python\n", 1)[1].split("```", 1)[0]
+    (folder / "my_transpose.py").write_text(code)
+    return f"{folder / 'my_transpose.py'}:my_transpose"
+
+
+def test_the_documented_example_passes_as_documented(default_reports):
+    report = default_reports["docs-example"]
+    assert report.passed, report.text()
+    total = len(report.outcomes)
+    assert f"verdict: PASS (0 of {total} cases failed)" in report.text()
+    assert f"`verdict: PASS (0 of {total} cases failed)`" in (ROOT / "docs" / "api.md").read_text()
 
 
 @pytest.mark.parametrize("name", SHIPPED_WRONG)
@@ -121,6 +140,10 @@ def test_the_return_form_is_prepoisoned(shipped_reports):
     assert report.info.form == "return" and report.info.prepoisoned
 
 
+# Pitfalls of tails and of non-square shapes: a square shape of whole tiles hides them.
+SQUARE_HIDDEN = [name for name, key in SHIPPED_WRONG.items() if key != "untransposed-tile"]
+
+
 @pytest.fixture(scope="module")
 def square_only_reports():
     reports = run_checks([shipped(name) for name in SHIPPED_WRONG], square_only=True)
@@ -128,12 +151,18 @@ def square_only_reports():
 
 
 @pytest.mark.slow  # at 1024x1024 the one-thread-per-element kernels launch 4096 blocks of 16x16 each
-@pytest.mark.parametrize("name", SHIPPED_WRONG)
+@pytest.mark.parametrize("name", SQUARE_HIDDEN)
 def test_square_only_passes_every_wrong_one(square_only_reports, name):
     """The square trap: at 1024x1024 alone every one of these pitfalls goes unseen."""
     report = square_only_reports[name]
     assert [(c.M, c.N) for c in report.cases] == [(1024, 1024)]
     assert report.passed, report.text()
+
+
+@pytest.mark.slow
+def test_square_only_still_sees_an_untransposed_tile(square_only_reports):
+    report = square_only_reports["triton_wrong.py:untransposed_tile"]
+    assert not report.passed and top_hint(report) == "untransposed-tile", report.text()
 
 
 def test_score_weighs_whole_tile_and_edge_shapes(shipped_reports):
@@ -150,7 +179,7 @@ def test_score_weighs_whole_tile_and_edge_shapes(shipped_reports):
 
 def test_hints_hold_when_codes_repeat():
     """1-byte codes repeat every 253 elements, so values cannot be traced back: the hints still hold."""
-    names = ["triton_wrong.py:leading_dim", "triton_wrong.py:swapped_bounds"]
+    names = ["triton_wrong.py:leading_dim", "triton_wrong.py:swapped_bounds", "triton_wrong.py:untransposed_tile"]
     reports = runner.check_many([shipped(n) for n in names], dtypes=["int8"], only=["boundary", "non-square"])
     for name in names:
         assert top_hint(reports[shipped(name)]) == SHIPPED_WRONG[name], reports[shipped(name)].text()

@@ -64,6 +64,16 @@ def _no_store_mask_kernel(x, out, M, N, sxm, sxn, BM: tl.constexpr, BN: tl.const
     tl.store(out + rn[:, None] * M + rm[None, :], tl.trans(tile))
 
 
+@triton.jit(do_not_specialize=["M", "N", "sxm", "sxn"])
+def _untransposed_tile_kernel(x, out, M, N, sxm, sxn, BM: tl.constexpr, BN: tl.constexpr):
+    rm = tl.program_id(0) * BM + tl.arange(0, BM)
+    rn = tl.program_id(1) * BN + tl.arange(0, BN)
+    in_mask = (rm[:, None] < M) & (rn[None, :] < N)
+    tile = tl.load(x + rm[:, None] * sxm + rn[None, :] * sxn, mask=in_mask)
+    out_mask = (rn[:, None] < N) & (rm[None, :] < M)
+    tl.store(out + rn[:, None] * M + rm[None, :], tile, mask=out_mask)
+
+
 def _launch(kernel, x, out, grid=None):
     M, N = x.shape
     grid = grid or (triton.cdiv(M, TILE), triton.cdiv(N, TILE))
@@ -88,6 +98,11 @@ def swapped_bounds(x, out):
 def reused_mask(x, out):
     """The store reuses the load's BM x BN mask (it compiles because BM == BN)."""
     _launch(_reused_mask_kernel, x, out)
+
+
+def untransposed_tile(x, out):
+    """The tile is stored at the transposed offsets without ``tl.trans`` (it compiles because BM == BN)."""
+    _launch(_untransposed_tile_kernel, x, out)
 
 
 def no_store_mask(x, out):

@@ -51,6 +51,7 @@ PRIORITY = (
     "swapped-bounds",
     "square-only-tiling",
     "reused-input-mask",
+    "untransposed-tile",
     "missing-mask",
     "input-written",
     "crash",
@@ -223,6 +224,31 @@ def _missing_sets(seen: Seen, block: tuple[int, int] | None) -> list[Hypothesis]
     return found
 
 
+def _untransposed_tile(seen: Seen, block: tuple[int, int] | None) -> list[Hypothesis]:
+    """Tiles stored where their transpose belongs, but with their values as loaded: out[c0 + a, r0 + b] holds
+    x[r0 + a, c0 + b] instead of x[r0 + b, c0 + a]. Compared by value, so repeating codes (int8) count too."""
+    M, N = seen.case.M, seen.case.N
+    if not seen.wrong.any():
+        return []
+    r, c = np.indices((N, M))  # out[r, c] should hold x[c, r]
+    squares = [block[0]] if block and block[0] == block[1] else ([] if block else _tile_candidates(None, 0))
+    src = seen.decoded()[0].reshape(N, M)
+    found = []
+    for B in squares:
+        pi, pj = (c // B) * B + r % B, (r // B) * B + c % B
+        inside = (pi < M) & (pj < N)
+        # Where the exchanged source lies outside x, the tile's masked-off load puts a value that is no element.
+        held = np.where(inside, seen.region == seen.enc.codes(np.where(inside, pi * N + pj, 0)), src == -1)
+        score = held[seen.wrong].mean()
+        text = (
+            f"untransposed tile: in {seen.case.label}, each {B}x{B} tile lands where its transpose belongs, but "
+            f"with its values as loaded: out[c0 + a, r0 + b] holds x[r0 + a, c0 + b] instead of x[r0 + b, c0 + a]; "
+            f"transpose the tile's values (tl.trans(tile)), not only its offsets"
+        )
+        found.append(Hypothesis("untransposed-tile", B, float(score), text))
+    return found
+
+
 def _missing_mask(seen: Seen) -> list[Hypothesis]:
     """Nothing left unwritten, but writes outside out or values that are no element of x: an unmasked access."""
     if seen.unwritten.any():
@@ -268,6 +294,8 @@ def _hypotheses(seen: Seen, block: tuple[int, int] | None) -> list[Hypothesis]:
     * swapped-bounds, square-only-tiling, reused-input-mask: the elements left unwritten are the set the
       pitfall leaves: i >= N or j >= M; the columns past cdiv(M, b)*b (or rows past cdiv(N, b)*b); the
       tail-tile slots where the load's B x B mask, read in output coordinates, is False.
+    * untransposed-tile: the wrong values are those of the right tile with its local row and column
+      exchanged (a tile stored at transposed offsets without transposing its values).
     * missing-mask: nothing left unwritten, but writes in the guard bands, or values that are no element.
 
     Tile sizes are searched over powers of two unless ``block`` gives them; ``aggregate_hints`` then asks
@@ -278,6 +306,7 @@ def _hypotheses(seen: Seen, block: tuple[int, int] | None) -> list[Hypothesis]:
         + (_leading_dimension(seen) or _leading_dimension_predicted(seen))
         + _input_strides(seen)
         + _missing_sets(seen, block)
+        + _untransposed_tile(seen, block)
         + _missing_mask(seen)
     )
     if seen.x_changed and not seen.wrong.any():

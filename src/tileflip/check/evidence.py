@@ -120,7 +120,9 @@ def _note_text(note: dict | None, who: str) -> str:
         return ""
     text = f"  [{who} tile (pid_m, pid_n) = ({note['tile'][0]}, {note['tile'][1]}), row-major program {note['program']}"
     if "in_mask_at_out_slot" in note:
-        text += f"; out slot {tuple(note['out_slot'])}: in_mask there is {note['in_mask_at_out_slot']}"
+        a, b = note["out_slot"]
+        text += (f"; at row {a}, column {b} of that tile's output block the load's mask, read there, is "
+                 f"{note['in_mask_at_out_slot']}")  # fmt: skip
     return text + "]"
 
 
@@ -181,10 +183,12 @@ def mismatch_text(row: dict) -> str:
         slot = row.get("address_of")
         if slot:
             text += (
-                f"  [the address of out slot {tuple(slot['out_slot'])} of tile (pid_m, pid_n) = {tuple(slot['tile'])}, "
-                f"row-major program {slot['program']}, past the output: its out_mask is False]"
+                f"  [the address of row {slot['out_slot'][0]}, column {slot['out_slot'][1]} of the output block of "
+                f"tile (pid_m, pid_n) = {tuple(slot['tile'])}, row-major program {slot['program']}, past the output: "
+                f"a store mask must be False there]"
             )
-        return text + _note_text(row.get("writer"), "written by")
+        return text + _note_text(row.get("writer"), "was written by")
     j, i = row["out"]
     text = f"out[{j}, {i}] (flat {row['flat']}): expected {row['expected']}, got {row['got']}"
-    return text + _note_text(row.get("expected_owner"), "owner:") + _note_text(row.get("writer"), "written by")
+    owner = _note_text(row.get("expected_owner"), "should be written by")
+    return text + owner + _note_text(row.get("writer"), "was written by")

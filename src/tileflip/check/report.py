@@ -108,11 +108,15 @@ class Report:
             lines.append(f"  {status}  {name:<15} {row['passed']}/{row['cases']} cases passed{skipped}")
         failing = [o for o in self.outcomes if not o.passed]
         lines.append("")
+        total = len(self.outcomes)
         lines.append(
-            f"verdict: {'PASS' if self.passed else 'FAIL'} ({len(failing)} of {len(self.outcomes)} cases failed)"
+            f"verdict: {'PASS' if self.passed else 'FAIL'} ({len(failing)} of {total} case{'s' * (total != 1)} failed)"
         )
+        if {o.case.category for o in self.outcomes} == {"square"}:
+            lines.append("(--square-only ran the 1024x1024 case alone, which hides every tail, bounds and stride "
+                         "pitfall: a pass here proves little; run without it to check the kernel)")  # fmt: skip
         for hint in self.hints():
-            lines.append(f"hint [{hint['key']}, {hint['cases']} cases]: {hint['text']}")
+            lines.append(f"hint [{hint['key']}, {hint['cases']} case{'s' * (hint['cases'] != 1)}]: {hint['text']}")
         if failing:
             lines.append("")
             lines.append(f"failures (first {show} per category; --json gives all):")

@@ -69,7 +69,8 @@ def _parser() -> argparse.ArgumentParser:
         "--dtypes",
         type=_checkable_dtypes,
         default=["float32"],
-        help="comma-separated dtypes, torch or short names (default float32; e.g. fp32,fp16,bf16,int8,float8_e4m3fn)",
+        help="comma-separated dtypes, torch or short names (default float32; e.g. fp32,fp16,bf16,int8,float8_e4m3fn): "
+        "any integer or float dtype of 1 to 8 bytes; bool and complex are refused",
     )
     p.add_argument(
         "--block",
@@ -85,7 +86,10 @@ def _parser() -> argparse.ArgumentParser:
         "1 when every edge shape (boundary, non-square, non-contiguous) passes",
     )
     p.add_argument(
-        "--square-only", action="store_true", help="run only 1024x1024: the square trap, to show what it hides"
+        "--square-only",
+        action="store_true",
+        help="run only 1024x1024, a demonstration of the square trap: most pitfalls pass there, so a pass proves "
+        "little",
     )
     p.add_argument(
         "--only", type=_categories, help=f"comma-separated categories to run, from {', '.join(CATEGORIES)}"
