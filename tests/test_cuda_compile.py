@@ -19,6 +19,7 @@ pytest.importorskip("cuda.bindings", reason="the CUDA backend needs cuda-python:
 
 from tileflip.kernels.cuda import nvrtc  # noqa: E402 (after the importorskip)
 from tileflip.kernels.cuda import permute as cuda_permute  # noqa: E402
+from tileflip.kernels.cuda import quantize as cuda_quantize  # noqa: E402
 from tileflip.kernels.cuda import transpose as cuda_transpose  # noqa: E402
 
 ARCH = 90
@@ -129,9 +130,32 @@ def test_nvrtc_compiles_the_realigned_permute():
     check_realign_cubin(cubins["permute_realign.cu"])
 
 
+def check_quantize_cubin(elf: bytes) -> None:
+    assert cubin_arch(elf) == ARCH
+    names = cuda_quantize.kernel_names()
+    assert len(names) == 18 and global_functions(elf) == set(names)
+    for name in names:  # the column-wise output is staged as the tile's 128 x 128 bytes
+        staged = static_shared_bytes(elf, name)
+        assert staged >= 128 * 128 if "_row_" not in name else staged < 128 * 128
+
+
+def test_nvrtc_compiles_the_quantizer():
+    cubins = cuda_quantize.compile_cubin(ARCH, use_cache=False)
+    assert list(cubins) == ["quantize_fp8.cu"]
+    check_quantize_cubin(cubins["quantize_fp8.cu"])
+
+
+def test_quantizer_arguments_match_the_kernels_signature():
+    # (x, data, scale, data_t, scale_t) pointers, then M, K, ld (int64) and ue8m0 (int)
+    names = [name for name, _ in cuda_quantize._Args._fields_]
+    assert names == ["x", "data", "scale", "data_t", "scale_t", "M", "K", "ld", "ue8m0"]
+    assert [cuda_quantize._Args.ue8m0.offset, ctypes.sizeof(cuda_quantize._Args)] == [64, 72]
+
+
 # each .cu file and the check of its cubin
 CU_FILES = {"transpose.cu": (cuda_transpose.CU_FILE, check_cubin),
-            "permute_realign.cu": (cuda_permute.CU_FILE, check_realign_cubin)}  # fmt: skip
+            "permute_realign.cu": (cuda_permute.CU_FILE, check_realign_cubin),
+            "quantize_fp8.cu": (cuda_quantize.CU_FILE, check_quantize_cubin)}  # fmt: skip
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH (the NVRTC tests still ran)")

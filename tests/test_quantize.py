@@ -867,7 +867,8 @@ ERRORS = [
      "global_scale must be on cpu"),
     ({"recipe": "mxfp8", "rule": "ceil"}, ValueError, "rule must be one of"),
     ({"rule": "floor"}, ValueError, "rule applies to recipe mxfp8 only"),
-    ({"backend": "cuda"}, ValueError, "backend must be one of"),
+    ({"backend": "cuda-tiled"}, ValueError, "backend must be one of"),
+    ({"backend": "cuda"}, ValueError, "backend=.cuda. cannot take this call: it needs a CUDA tensor"),
     ({"x": X[:, :200]}, ValueError, "column count must be a multiple of 128 for row-wise output"),
     ({"x": X[:100], "rowwise": False, "columnwise": True}, ValueError, "row count must be a multiple of 128"),
     ({"x": X[:100], "recipe": "fp8_128x128"}, ValueError, "sizes must both be multiples of 128"),
@@ -916,6 +917,92 @@ def test_auto_backend_runs_the_kernel_where_it_can(monkeypatch, device):
     b = tileflip.quantize(x, "mxfp8", columnwise=True, backend="torch")
     assert len(launches) == 1
     assert_same_results(a, b)
+
+
+# --------------------------------------------------------------------------------------------------
+# The CUDA C++ kernel of the fp8 recipes (GPU; its refusals on the CPU too)
+# --------------------------------------------------------------------------------------------------
+
+FP8_RECIPES = ["fp8_1x128", "fp8_128x128"]
+
+
+def padded_rows(M, K, dtype, seed):
+    """An (M, K) view whose rows lie K + 24 elements apart, 8 elements into each row: still 16-byte aligned."""
+    return sample(M, K + 24, dtype, seed=seed)[:, 8 : 8 + K]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("scale", [None, "ue8m0"])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("side", list(SIDES))
+@pytest.mark.parametrize("recipe", FP8_RECIPES)
+def test_cuda_kernel_matches_the_reference_gpu(recipe, side, dtype, scale):
+    """Special blocks (zeros, subnormals, inf, NaN, ties, the dtype's max, tiny values), a random x of
+    several tiles each way, and rows padded apart, for each output set."""
+    rowwise, columnwise = SIDES[side]
+    for x in (special_blocks(dtype), sample(384, 256, dtype, seed=31), padded_rows(256, 384, dtype, seed=32)):
+        got = tileflip.quantize(x.cuda(), recipe, rowwise=rowwise, columnwise=columnwise, scale=scale,
+                                backend="cuda")  # fmt: skip
+        assert_same_results(got, quantize_ref(x, recipe, rowwise=rowwise, columnwise=columnwise, scale=scale))
+
+
+# (x from a tensor on the GPU: views are made there, since moving a view copies it; recipe; the reason)
+CUDA_REFUSALS = [
+    (lambda d: sample(256, 384, BF16, seed=33).to(d)[:, :256], "fp8_1x128", None),  # rows 768 bytes apart
+    (lambda d: sample(384, 256, BF16, seed=33).to(d).t(), "fp8_1x128", "rows contiguous"),
+    (lambda d: sample(256, 392, BF16, seed=33).to(d)[:, 1:257], "fp8_1x128", "16-byte boundary"),
+    (lambda d: sample(256, 260, BF16, seed=33).to(d)[:, :256], "fp8_1x128", "16-byte boundary"),
+    (lambda d: sample(200, 384, BF16, seed=33).to(d), "fp8_1x128", "multiples of 128"),
+    (lambda d: sample(256, 384, BF16, seed=33).to(d), "mxfp8", "runs the recipes"),
+    (lambda d: sample(256, 384, torch.float64, seed=33).to(d), "fp8_1x128", "x must have dtype"),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("index", range(len(CUDA_REFUSALS)))
+def test_cuda_kernel_refusals_gpu(index):
+    """backend='cuda' refuses, with the reason, what the kernel cannot take; what it takes is exact."""
+    make, recipe, reason = CUDA_REFUSALS[index]
+    x = make("cuda")
+    if reason is None:
+        assert_same_results(tileflip.quantize(x, recipe, columnwise=True, backend="cuda"),
+                            quantize_ref(x.cpu(), recipe, columnwise=True))  # fmt: skip
+        return
+    with pytest.raises((ValueError, TypeError), match=reason):
+        tileflip.quantize(x, recipe, rowwise=True, backend="cuda")
+
+
+def test_cuda_backend_refuses_cpu_tensors_and_other_recipes():
+    x = sample(128, 256, BF16, seed=34)
+    with pytest.raises(ValueError, match="backend='cuda' cannot take this call: it needs a CUDA tensor"):
+        tileflip.quantize(x, "fp8_1x128", backend="cuda")
+    with pytest.raises(ValueError, match="it runs the recipes fp8_1x128 and fp8_128x128 only"):
+        tileflip.quantize(x, "mxfp8", backend="cuda")
+    with pytest.raises(ValueError, match="column count must be a multiple of 128"):  # the recipe's sizes first
+        tileflip.quantize(x[:, :200], "fp8_1x128", backend="cuda")
+
+
+@pytest.mark.gpu
+def test_auto_runs_the_cuda_kernel_where_the_table_names_it_gpu(monkeypatch):
+    """auto gives the CUDA C++ kernel the calls the tuning table names, where it can take them; the rest
+    run the Triton kernel, with the same bits."""
+    from tileflip import tuning
+    from tileflip.kernels.cuda import quantize as cuda_kernel
+    from tileflip.kernels.triton import quantize as triton_kernel
+
+    ran = []
+    for name, module in (("cuda", cuda_kernel), ("triton", triton_kernel)):
+        real = module.launch
+        monkeypatch.setattr(module, "launch", lambda *a, _n=name, _r=real: ran.append(_n) or _r(*a))
+    x = sample(256, 384, BF16, seed=35).cuda()
+    for recipe in FP8_RECIPES:
+        for side, (rowwise, columnwise) in SIDES.items():
+            for view, fits in ((x, True), (x[:, 8:264], True), (x[:, 1:257], False)):
+                ran.clear()
+                got = tileflip.quantize(view, recipe, rowwise=rowwise, columnwise=columnwise)
+                want = "cuda" if fits and tuning.quantize_prefers_cuda(recipe, rowwise, columnwise) else "triton"
+                assert ran == [want], (recipe, side, fits)
+                assert_same_results(got, quantize_ref(view.cpu(), recipe, rowwise=rowwise, columnwise=columnwise))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -995,7 +1082,7 @@ def no_nan_or_inf(dtype):
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [pytest.param(BF16, id="bf16"), pytest.param(FP32, id="fp32")])
 @pytest.mark.parametrize("case", ["random", "special"])
-@pytest.mark.parametrize("backend", ["triton", "torch"])
+@pytest.mark.parametrize("backend", ["triton", "cuda", "torch"])
 def test_fp8_blocks_match_torchao_kernels_gpu(case, dtype, backend):
     from torchao.prototype.blockwise_fp8_training import kernels as ao
 

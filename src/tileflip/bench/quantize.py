@@ -69,8 +69,7 @@ def _functions(x, recipe: str, outputs: str, options: dict, compiled: dict) -> d
     from tileflip.ops import quantize as q
 
     rowwise, columnwise = OUTPUTS[outputs]
-    fns = {"tileflip": lambda: tileflip.quantize(x, recipe, rowwise=rowwise, columnwise=columnwise,
-                                                 backend="triton", **options)}  # fmt: skip
+    fns = {"tileflip": lambda: tileflip.quantize(x, recipe, rowwise=rowwise, columnwise=columnwise, **options)}
     mode, given = q.global_mode(options.get("global_scale", "auto" if recipe != "nvfp4" else None))
     key = (recipe, outputs)
     if key not in compiled:

@@ -3,11 +3,13 @@ in the layouts the scaled GEMMs read. Recipes ``fp8_1x128`` and ``fp8_128x128`` 
 fp8), ``mxfp8`` (1 x 32, e8m0 scales) and ``nvfp4`` (1 x 16, e4m3 scales, optional global scale).
 
 Backends: ``"triton"``, one kernel that reads x once for both layouts
-(``tileflip.kernels.triton.quantize``), and ``"torch"``, the plain-torch reference
-(``tileflip.ops.quantize_reference``), which reads x once per output. Both give the same bits.
-``"auto"`` runs the kernel wherever it can run: CUDA tensors, and CPU tensors under Triton's
-interpreter. Not differentiable: an x that requires grad is refused in grad mode. Every refusal is a
-``TypeError`` or ``ValueError`` naming the argument, raised before any work.
+(``tileflip.kernels.triton.quantize``); ``"cuda"``, the CUDA C++ kernel of the fp8 recipes
+(``tileflip.kernels.cuda.quantize``), also one read; and ``"torch"``, the plain-torch reference
+(``tileflip.ops.quantize_reference``), which reads x once per output. All give the same bits.
+``"auto"`` runs a kernel wherever one can run: CUDA tensors (the CUDA C++ one where the tuning table
+names it and it takes the call), and CPU tensors under Triton's interpreter. Not differentiable: an x
+that requires grad is refused in grad mode. Every refusal is a ``TypeError`` or ``ValueError`` naming
+the argument, raised before any work.
 Rules and layouts: ``docs/design.md`` (Block-scaled quantization).
 """
 
@@ -25,7 +27,7 @@ from tileflip.ops.checks import check_float_matrix, check_scalar_tensor
 from tileflip.plan import scales
 
 RECIPES = tuple(scales.RECIPES)
-BACKENDS = ("auto", "triton", "torch")
+BACKENDS = ("auto", "triton", "cuda", "torch")
 SCALE_KINDS = ("fp32", "ue8m0")
 SCALE_LAYOUTS = ("plain", "blocked")
 RULES = ("floor", "rceil")
@@ -74,8 +76,10 @@ def quantize(
     ``to_blocked``); ``global_scale`` (nvfp4) ``"auto"`` (max|x| / 2688, from an extra pass over x), a
     0-d fp32 tensor on x's device, or None (single-level scaling); ``rule`` (mxfp8) ``"floor"`` (the
     default, OCP MX v1.0) or ``"rceil"`` (the smallest power of two >= amax / 448). ``backend``:
-    ``"triton"`` (one read of x; on the CPU only under TRITON_INTERPRET=1), ``"torch"`` (the plain-torch
-    reference), or ``"auto"``: the kernel where it can run, else the reference; the bits are the same.
+    ``"triton"`` (one read of x; on the CPU only under TRITON_INTERPRET=1), ``"cuda"`` (one read of x; the
+    fp8 recipes on a CUDA x of 128 x 128 tiles with contiguous, 16-byte aligned rows, and the [cuda]
+    extra), ``"torch"`` (the plain-torch reference), or ``"auto"``: a kernel where one can run, else the
+    reference; the bits are the same.
 
     Returns ``Quantized(data, scale, data_t, scale_t, global_scale)``, new tensors; None for an output
     not asked for, and ``global_scale`` (0-d fp32: a copy of the given one, or the computed one) only for
@@ -161,6 +165,25 @@ def check_call(x, recipe, rowwise, columnwise, scale, scale_layout, mode, given,
         raise ValueError("backend='triton' got a CPU tensor, but Triton's interpreter is off: set "
                          "TRITON_INTERPRET=1 before importing tileflip, or use backend='torch'")  # fmt: skip
     scales.check_sizes(recipe, x.shape[0], x.shape[1], rowwise, columnwise)
+    if backend == "cuda":
+        _check_cuda(x, recipe, address=False)
+
+
+def _check_cuda(x, recipe, *, address: bool) -> None:
+    """backend='cuda': refused, with the reason, where the CUDA C++ kernel cannot take the call."""
+    why = cuda_kernel().refusal(x, recipe, address=address)
+    if why is None and not nvrtc_available():
+        why = "NVRTC is not installed (pip install 'tileflip[cuda]')"
+    if why:
+        raise ValueError(f"backend='cuda' cannot take this call: {why}; use backend='auto' or 'triton'")
+
+
+def cuda_kernel():
+    return kernels("cuda.quantize")
+
+
+def nvrtc_available() -> bool:
+    return kernels("cuda.nvrtc").available()
 
 
 def _kernels():
@@ -168,10 +191,20 @@ def _kernels():
 
 
 def runs_kernel(x: torch.Tensor, backend: str) -> bool:
-    """Whether the call runs the fused kernel (``backend`` already checked)."""
+    """Whether the call runs a fused kernel (``backend`` already checked)."""
     if backend == "auto":
         return x.device.type == "cuda" or _kernels().is_interpreted()
-    return backend == "triton"
+    return backend in ("triton", "cuda")
+
+
+def runs_cuda(x: torch.Tensor, recipe: str, rowwise: bool, columnwise: bool, backend: str) -> bool:
+    """Whether the call runs the CUDA C++ kernel: asked for (then checked here, x's address included),
+    or auto's choice where the tuning table names it and the kernel takes the call."""
+    if backend == "cuda":
+        _check_cuda(x, recipe, address=True)
+        return True
+    return (backend == "auto" and x.device.type == "cuda" and tuning.quantize_prefers_cuda(recipe, rowwise, columnwise)
+            and cuda_kernel().refusal(x, recipe) is None and nvrtc_available())  # fmt: skip
 
 
 def quantize_impl(x, recipe, rowwise, columnwise, scale, scale_layout, mode, given, rule, backend) -> Quantized:
@@ -182,7 +215,8 @@ def quantize_impl(x, recipe, rowwise, columnwise, scale, scale_layout, mode, giv
     lay = scales.layouts(recipe, M, K, rowwise, columnwise, blocked)
     x = x.resolve_neg()
     if runs_kernel(x, backend):
-        return _triton_backend(x, recipe, lay, scale == "ue8m0", blocked, mode, given, rule or "floor")
+        cuda = runs_cuda(x, recipe, rowwise, columnwise, backend)
+        return _kernel_backend(x, recipe, lay, scale == "ue8m0", blocked, mode, given, rule or "floor", cuda)
     outs = _torch_backend(x, recipe, rowwise, columnwise, scale == "ue8m0", blocked, mode, given, rule or "floor")
     placed = [None if out is None else _place(out, layout) for out, layout in zip(outs[:4], lay)]
     return Quantized(*placed, outs[4])
@@ -201,9 +235,9 @@ def _global_scale(x: torch.Tensor, mode: str, given) -> torch.Tensor | None:
     return torch.div(amax, torch.full((), ref.E4M3_MAX * ref.E2M1_MAX, device=x.device))
 
 
-def _triton_backend(x, recipe, lay: scales.Layouts, ue8m0, blocked, mode, given, rule) -> Quantized:
-    """The fused kernel: every output allocated with its layout (blocked scales zeroed where they hold
-    padding), then one launch."""
+def _kernel_backend(x, recipe, lay: scales.Layouts, ue8m0, blocked, mode, given, rule, cuda: bool) -> Quantized:
+    """A fused kernel (the CUDA C++ one where ``cuda``, else Triton's): every output allocated with its
+    layout (blocked scales zeroed where they hold padding), then one launch."""
     data_dtype, scale_dtype = _output_dtypes(recipe)
     M, K = x.shape
     spec = scales.RECIPES[recipe]
@@ -219,9 +253,12 @@ def _triton_backend(x, recipe, lay: scales.Layouts, ue8m0, blocked, mode, given,
     global_scale = _global_scale(x, mode, given) if recipe == "nvfp4" else None
     if x.numel():
         rowwise, columnwise = lay.data is not None, lay.data_t is not None
-        tile = tuning.quantize_tile(spec.block, spec.square, rowwise, columnwise)
+        tile = (128, 128, 8) if cuda else tuning.quantize_tile(spec.block, spec.square, rowwise, columnwise)
         plan = scales.quantize_launch(recipe, M, K, *x.stride(), rowwise, columnwise, blocked, ue8m0, rule, tile)
-        on_device_of(x, _kernels().launch, x, *outs, global_scale, plan)
+        if cuda:
+            on_device_of(x, cuda_kernel().launch, x, *outs, plan)
+        else:
+            on_device_of(x, _kernels().launch, x, *outs, global_scale, plan)
     return Quantized(*outs, global_scale)
 
 

@@ -1,0 +1,103 @@
+"""Launcher of the CUDA C++ blockwise fp8 quantizer in ``quantize_fp8.cu`` (compiled by NVRTC on first use):
+recipes fp8_1x128 and fp8_128x128, one block per 128 x 128 tile of x.
+
+``refusal(x, plan)`` says why a launch cannot run here (None where it can); ``launch`` is called once every
+argument check is done, with the outputs allocated in their layouts.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from pathlib import Path
+
+import torch
+
+from tileflip.kernels.cuda import nvrtc
+from tileflip.kernels.cuda.transpose import _arch
+from tileflip.kernels.triton.launch import current_stream
+from tileflip.plan.scales import QuantizeLaunch
+
+CU_FILE = Path(__file__).with_name("quantize_fp8.cu")
+TILE = 128  # quantize_fp8.cu's TILE
+THREADS = 256  # quantize_fp8.cu's THREADS
+INPUTS = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
+RECIPES = ("fp8_1x128", "fp8_128x128")
+
+
+def kernel_name(square: bool, rowwise: bool, columnwise: bool, dtype: torch.dtype) -> str:
+    outputs = "both" if rowwise and columnwise else ("row" if rowwise else "col")
+    return f"quantize_fp8_{'128x128' if square else '1x128'}_{outputs}_{INPUTS[dtype]}"
+
+
+def kernel_names() -> list[str]:
+    """Every kernel of the .cu file."""
+    return [kernel_name(s, r, c, d) for s in (False, True) for r, c in ((True, False), (False, True), (True, True))
+            for d in INPUTS]  # fmt: skip
+
+
+def compile_cubin(arch: int = 90, *, use_cache: bool = True) -> dict[str, bytes]:
+    """Compile this backend's .cu file for ``sm_<arch>`` (no GPU needed): ``{file name: cubin}``."""
+    return {CU_FILE.name: nvrtc.compile_cubin(CU_FILE, arch, use_cache=use_cache)}
+
+
+def refusal(x: torch.Tensor, recipe: str, *, address: bool = True) -> str | None:
+    """Why the kernel cannot take this call, or None: the fp8 recipes, on whole 128 x 128 tiles of a CUDA
+    x whose rows are contiguous and start on 16-byte boundaries (``address``: x's own address too; a
+    traced x has none yet)."""
+    if recipe not in RECIPES:
+        return f"it runs the recipes {' and '.join(RECIPES)} only"
+    if x.device.type != "cuda":
+        return "it needs a CUDA tensor"
+    if x.dtype not in INPUTS:
+        return f"it takes bf16, fp16 or fp32 x, got {x.dtype}"
+    M, K = x.shape
+    if M % TILE or K % TILE:
+        return f"it needs M and K to be multiples of {TILE}, got {M}x{K}"
+    if x.stride(1) != 1:
+        return f"it needs x's rows contiguous (x.stride(1) == 1), got strides {tuple(x.stride())}"
+    if (x.stride(0) * x.element_size()) % 16 or (address and x.data_ptr() % 16):
+        return "it needs every row of x to start on a 16-byte boundary"
+    if M // TILE * (K // TILE) >= 2**31:
+        return "x has too many tiles for one launch"
+    return None
+
+
+class _Args(ctypes.Structure):
+    _fields_ = [("x", ctypes.c_uint64), ("data", ctypes.c_uint64), ("scale", ctypes.c_uint64),
+                ("data_t", ctypes.c_uint64), ("scale_t", ctypes.c_uint64), ("M", ctypes.c_int64),
+                ("K", ctypes.c_int64), ("ld", ctypes.c_int64), ("ue8m0", ctypes.c_int32)]  # fmt: skip
+
+
+class _ThreadArgs(threading.local):
+    """One argument block per thread (the driver copies the values during cuLaunchKernel, which releases
+    the GIL) and the array of pointers to its fields that the launch reads."""
+
+    def __init__(self):
+        self.args = _Args()
+        base = ctypes.addressof(self.args)
+        self.pointers = (ctypes.c_void_p * len(_Args._fields_))(
+            *(base + getattr(_Args, name).offset for name, _ in _Args._fields_)
+        )
+        self.address = ctypes.addressof(self.pointers)
+
+
+_args = _ThreadArgs()
+_handles: dict = {}
+
+
+def launch(x, data, scale, data_t, scale_t, plan: QuantizeLaunch) -> None:
+    """Quantize x (``refusal`` gave None) by ``plan`` into the given outputs, None where not asked for."""
+    device = x.get_device()
+    name = kernel_name(plan.square, plan.rowwise, plan.columnwise, x.dtype)
+    kernel = _handles.get((device, name))
+    if kernel is None:
+        nvrtc.context_ready(device)
+        kernel = _handles[device, name] = nvrtc.get_kernel(CU_FILE, name, device, _arch(device))
+    M, K = x.shape
+    a = _args.args
+    a.x = x.data_ptr()
+    a.data, a.scale = (0, 0) if data is None else (data.data_ptr(), scale.data_ptr())
+    a.data_t, a.scale_t = (0, 0) if data_t is None else (data_t.data_ptr(), scale_t.data_ptr())
+    a.M, a.K, a.ld, a.ue8m0 = M, K, x.stride(0), int(plan.ue8m0)
+    nvrtc.launch(kernel, (M // TILE * (K // TILE), 1, 1), (THREADS, 1, 1), current_stream(device), _args.address)
