@@ -187,8 +187,8 @@ def mismatch_text(row: dict) -> str:
                 f"tile (pid_m, pid_n) = {tuple(slot['tile'])}, row-major program {slot['program']}, past the output: "
                 f"a store mask must be False there]"
             )
-        return text + _note_text(row.get("writer"), "was written by")
+        return text + _note_text(row.get("writer"), "its value is an element of")
     j, i = row["out"]
     text = f"out[{j}, {i}] (flat {row['flat']}): expected {row['expected']}, got {row['got']}"
     owner = _note_text(row.get("expected_owner"), "should be written by")
-    return text + owner + _note_text(row.get("writer"), "was written by")
+    return text + owner + _note_text(row.get("writer"), "its value is an element of")

@@ -136,7 +136,8 @@ class Report:
             )
         where = f"{self.info.device}{' (Triton interpreter)' if self.info.interpreter else ''}"
         block = f", block {self.block[0]}x{self.block[1]}" if self.block else ""
-        cases = f"{len(self.outcomes)} cases in {self.seconds:.1f} s"
+        n = len(self.outcomes)
+        cases = f"{n} case{'s' * (n != 1)} in {self.seconds:.1f} s"
         return f"{form}; device {where}; dtypes {', '.join(self.dtypes)}{block}; {cases}"
 
     def _failure_lines(self, failing: list[Outcome], show: int) -> list[str]:
