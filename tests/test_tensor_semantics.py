@@ -316,6 +316,13 @@ CLI_REFUSALS = [
     (["plan", "--shape", "3x4x5", "--perm", "2,1,0", "--block", "32x32"], "--block is for a 2-D transpose"),
     (["check", f"{Path(__file__).parent / 'wrong' / 'misc.py'}:right", "--timeout", "0"],
      "--timeout must be a positive number"),
+    (["demo", "--png", ""], "argument --png: expected a file name such as tiles.png"),
+    (["demo", "--png", str(Path(__file__).parent)], "is a folder; give a file name such as tiles.png"),
+    (["demo", "--png", f"{__file__}/tiles.png"], "is a file, so"),
+    (["demo", "--png"], "argument --png: expected one argument"),
+    (["demo", "--all-dtypes=yes"], "argument --all-dtypes: ignored explicit argument 'yes'"),
+    (["demo", "now"], "unrecognized arguments: now"),
+    (["analyze", "--png", ""], "argument --png: expected a file name such as analyze.png"),
 ]
 
 

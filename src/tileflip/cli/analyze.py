@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
 from tileflip import tuning
 from tileflip.analyze.model import analyze
@@ -55,7 +54,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--strides", type=_strides, default=None, help="input strides in elements, e.g. 512,1")
     p.add_argument("--sample", type=int, default=512, help="programs enumerated at most (default 512)")
     p.add_argument("--device", default=None, help="device constants JSON (default: the committed H200 file)")
-    p.add_argument("--png", default=None, help="draw the warp accesses (and bank map) to this PNG")
+    p.add_argument("--png", type=parse.png("analyze.png"), default=None,
+                   help="draw the warp accesses (and bank map) to this PNG")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     p.add_argument("--measure", action="store_true", help="GPU only: measure each variant against a copy")
     p.add_argument("--no-ncu", action="store_true", help="with --measure: skip Nsight Compute even if installed")
@@ -68,17 +68,6 @@ def _checked(p: argparse.ArgumentParser, option: str, check):
         return check()
     except (ValueError, OSError) as error:
         p.error(f"argument {option}: {error}")
-
-
-def _png_refusal(text: str) -> str | None:
-    """Why no PNG can be written at ``text`` (None: it can; missing folders are made when drawing)."""
-    path = Path(text)
-    if path.is_dir():
-        return f"{text!r} is a folder; give a file name such as analyze.png"
-    for parent in path.parents:
-        if parent.exists():
-            return None if parent.is_dir() else f"{str(parent)!r} is a file, so {text!r} cannot be written"
-    return None
 
 
 def _validate(p: argparse.ArgumentParser, args, kernels: tuple) -> None:
@@ -102,8 +91,6 @@ def _validate(p: argparse.ArgumentParser, args, kernels: tuple) -> None:
         _checked(p, "--group-m", lambda: transpose_grid(1, 1, 1, 1, args.group_m))
     if args.sample < 1:
         p.error(f"argument --sample: sample must be a positive int (programs enumerated at most), got {args.sample}")
-    if args.png is not None and (refusal := _png_refusal(args.png)):
-        p.error(f"argument --png: {refusal}")
 
 
 def _auto(shape, itemsize: int, strides) -> dict:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from tileflip.plan.dtypes import dtype_name
 
@@ -71,3 +72,28 @@ def dtypes(text: str) -> list[str]:
     if not names:
         raise argparse.ArgumentTypeError(f"dtypes must be a comma-separated list such as fp32,bf16, got {text!r}")
     return names
+
+
+def png_refusal(text: str, example: str) -> str | None:
+    """Why no PNG can be written at ``text`` (None: it can; missing folders are made when drawing)."""
+    if not text.strip():
+        return f"expected a file name such as {example}, got {text!r}"
+    path = Path(text)
+    if path.is_dir():
+        return f"{text!r} is a folder; give a file name such as {example}"
+    for parent in path.parents:
+        if parent.exists():
+            return None if parent.is_dir() else f"{str(parent)!r} is a file, so {text!r} cannot be written"
+    return None
+
+
+def png(example: str):
+    """An argparse type for a PNG path, refused before any work (``png_refusal``)."""
+
+    def check(text: str) -> str:
+        refusal = png_refusal(text, example)
+        if refusal:
+            raise argparse.ArgumentTypeError(refusal)
+        return text
+
+    return check
