@@ -946,6 +946,87 @@ def test_cuda_kernel_matches_the_reference_gpu(recipe, side, dtype, scale):
         assert_same_results(got, quantize_ref(x, recipe, rowwise=rowwise, columnwise=columnwise, scale=scale))
 
 
+# The kernel's thread mapping, modelled in numpy: what quantize_fp8.cu's index arithmetic does, checked
+# here without a GPU (256 threads: warp w, half h, lane v of the half; rows 16w + 8h + i, columns 8v + k).
+
+
+def test_cuda_model_is_the_kernels_arithmetic():
+    """The expressions the models below follow, as they stand in the kernel's source."""
+    from tileflip.kernels.cuda import quantize as cuda_kernel
+
+    source = cuda_kernel.CU_FILE.read_text()
+    for expression in ("const int r0 = 16 * w + 8 * h;", "const int chunk = (r0 >> 3) ^ v;",
+                       "8 * ((2 * p) ^ (sw & ~1))", "sw = (c >> 3) & 15", "(h << 4) + 2 * i",
+                       "const bool up = v & 8;", "const bool up = v & 4;", "const bool up = v & 2;",
+                       "scale[kb * M + row0 + (t - TILE)]", "scale_t[mb * K + col0 + t]",
+                       "scale[mb * tiles_k + kb]", "scale_t[kb * tiles_m + mb]"):  # fmt: skip
+        assert expression in source, expression
+
+
+def test_cuda_row_maxima_reduce_and_scatter_model():
+    """Three exchanges that halve the rows a lane keeps, then one more: lanes 2j and 2j + 1 of a half-warp
+    end with row j's max over all 16 lanes, the lane the multipliers are then taken from."""
+    rng = np.random.default_rng(0)
+    rmax = rng.integers(0, 2**31, (16, 8))  # lane v's max of each of its 8 rows
+    regs = [list(r) for r in rmax]
+    for bit, count in ((8, 4), (4, 2), (2, 1)):
+        new = []
+        for v in range(16):
+            up = bool(v & bit)
+            other = regs[v ^ bit]  # the partner keeps the other half and sends this lane's
+            kept = [max(regs[v][j + count] if up else regs[v][j], other[j + count] if up else other[j])
+                    for j in range(count)]  # fmt: skip
+            new.append(kept)
+        regs = new
+    final = [max(regs[v][0], regs[v ^ 1][0]) for v in range(16)]
+    for v in range(16):
+        assert final[v] == rmax[:, (v >> 1) & 7].max()
+    for i in range(8):  # rmult[i] comes from lane 2i of the half
+        assert final[2 * i] == rmax[:, i].max()
+
+
+def test_cuda_column_stage_model():
+    """The column-wise bytes: each thread's 8 rows of column c go to chunk (row / 8) ^ (c / 8) of the stage's
+    row c; the read of 16 bytes (chunks 2p, 2p + 1, their halves swapped where c / 8 is odd) gives
+    data_t's row c, bytes 16p .. 16p + 15, in order; each warp's 8-byte writes fall on distinct bank pairs
+    but for the two a 256-byte write needs."""
+    stage = -np.ones((128, 16, 8), dtype=np.int64)  # [row c][chunk][byte]: the tile row that byte holds
+    for w in range(8):
+        for k in range(8):
+            banks = []
+            for lane in range(32):
+                h, v = lane >> 4, lane & 15
+                r0, c = 16 * w + 8 * h, 8 * v + k
+                chunk = (r0 >> 3) ^ v
+                assert (stage[c, chunk] == -1).all()
+                stage[c, chunk] = np.arange(r0, r0 + 8)
+                banks.append(((c * 128 + 8 * chunk) // 8) % 16)  # 8-byte bank pairs
+            assert max(np.bincount(banks, minlength=16)) == 2
+    for g in range(1024):
+        c, p, sw = g >> 3, g & 7, ((g >> 3) >> 3) & 15
+        lower = (2 * p) ^ (sw & ~1)
+        piece = np.concatenate([stage[c, lower], stage[c, lower + 1]])
+        if sw & 1:
+            piece = np.concatenate([piece[8:], piece[:8]])
+        assert (piece == np.arange(16 * p, 16 * p + 16)).all(), (c, p)
+
+
+def test_cuda_scale_addresses_follow_the_layouts():
+    """Where the kernel writes a scale (element offsets from the tensor's start) against the layouts of the
+    table: fp8_1x128's scale[r, kb] at kb * M + r and scale_t[c, mb] at mb * K + c; fp8_128x128's at
+    mb * (K / 128) + kb and its transpose at kb * (M / 128) + mb."""
+    M, K = 384, 256
+    lay = scales.layouts("fp8_1x128", M, K, True, True, False)
+    for r, kb in ((5, 1), (300, 0)):
+        assert kb * M + r == r * lay.scale.strides[0] + kb * lay.scale.strides[1]
+    for c, mb in ((7, 2), (255, 1)):
+        assert mb * K + c == c * lay.scale_t.strides[0] + mb * lay.scale_t.strides[1]
+    sq = scales.layouts("fp8_128x128", M, K, True, True, False)
+    for mb, kb in ((2, 1), (1, 0)):
+        assert mb * (K // 128) + kb == mb * sq.scale.strides[0] + kb * sq.scale.strides[1]
+        assert kb * (M // 128) + mb == kb * sq.scale_t.strides[0] + mb * sq.scale_t.strides[1]
+
+
 # (x from a tensor on the GPU: views are made there, since moving a view copies it; recipe; the reason)
 CUDA_REFUSALS = [
     (lambda d: sample(256, 384, BF16, seed=33).to(d)[:, :256], "fp8_1x128", None),  # rows 768 bytes apart
