@@ -64,6 +64,8 @@ def refusal(x: torch.Tensor, recipe: str, *, address: bool = True) -> str | None
 
 
 class _Args(ctypes.Structure):
+    """The kernels' arguments, in the order of quantize_fp8.cu's signature."""
+
     _fields_ = [("x", ctypes.c_uint64), ("data", ctypes.c_uint64), ("scale", ctypes.c_uint64),
                 ("data_t", ctypes.c_uint64), ("scale_t", ctypes.c_uint64), ("M", ctypes.c_int64),
                 ("K", ctypes.c_int64), ("ld", ctypes.c_int64), ("ue8m0", ctypes.c_int32)]  # fmt: skip
