@@ -511,6 +511,7 @@ STABILITY_REFUSALS = [
     (["--suite", "quantize", "--shapes", "8192by64"], "shape must look like 31x65"),
     (["--suite", "quantize", "--rounds", "0"], "expected a positive integer"),
     (["--suite", "quantize", "--part", "3/2"], "expected K/N with 1 <= K <= N"),
+    (["--suite", "quantize", "--part", "3/4"], "--part: 3/4 selects none of the 2 shapes"),
     (["--suite", "quantize"], "needs a CUDA GPU"),
 ]
 

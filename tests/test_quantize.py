@@ -1053,6 +1053,28 @@ def test_cuda_kernel_refusals_gpu(index):
         tileflip.quantize(x, recipe, rowwise=True, backend="cuda")
 
 
+@pytest.mark.gpu
+def test_cuda_kernel_refused_without_hardware_fp8_conversion_gpu(monkeypatch):
+    """A GPU before compute capability 8.9 has no fp8 conversion instruction: backend='cuda' is refused
+    with the reason, and auto runs the Triton kernel (its integer conversion), with the same bits."""
+    from tileflip.kernels.cuda import quantize as cuda_kernel
+
+    monkeypatch.setattr(cuda_kernel, "has_hw_cvt", lambda device: False)
+    x = sample(256, 384, BF16, seed=36).cuda()
+    with pytest.raises(ValueError, match="compute capability 8.9 or later"):
+        tileflip.quantize(x, "fp8_1x128", columnwise=True, backend="cuda")
+    assert_same_results(tileflip.quantize(x, "fp8_1x128", columnwise=True),
+                        quantize_ref(x.cpu(), "fp8_1x128", columnwise=True))  # fmt: skip
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("recipe", FP8_RECIPES)
+def test_cuda_backend_compiles_fullgraph_gpu(recipe):
+    x = sample(256, 384, BF16, seed=37).cuda()
+    f = torch.compile(lambda t: tileflip.quantize(t, recipe, columnwise=True, backend="cuda"), fullgraph=True)
+    assert_same_results(f(x), quantize_ref(x.cpu(), recipe, columnwise=True))
+
+
 def test_cuda_backend_refuses_cpu_tensors_and_other_recipes():
     x = sample(128, 256, BF16, seed=34)
     with pytest.raises(ValueError, match="backend='cuda' cannot take this call: it needs a CUDA tensor"):

@@ -151,9 +151,9 @@ SQUARE_TILE = (128, 128, 4)
 
 # The fp8 recipes' outputs that auto gives the CUDA C++ quantizer (tileflip.kernels.cuda.quantize) where it
 # can take the call; the rest run the Triton kernel. Fractions of copy, Triton -> CUDA C++, bf16 8192 x 28672
-# and 16384 x 16384 (H200): fp8_1x128 both 0.52 -> 0.86-0.88, column-wise 0.92-0.94 -> 0.95-0.96;
-# fp8_128x128 column-wise 0.92-0.93 -> 0.95-0.97, both 0.91 -> 0.91-0.92, row-wise 1.01-1.03 -> 1.02-1.04.
-# fp8_1x128 row-wise stays with Triton: 1.02-1.03 against 0.95-0.96.
+# and 16384 x 16384 (H200, tileflip bench --suite quantize): fp8_1x128 both 0.52 -> 0.90, column-wise
+# 0.92-0.94 -> 0.94-0.95; fp8_128x128 column-wise 0.92 -> 0.95, both 0.91, row-wise 1.01-1.02 -> 1.02.
+# fp8_1x128 row-wise stays with Triton: 1.02-1.03 against 0.95-0.96 (a device script's timing).
 QUANTIZE_CUDA = frozenset({("fp8_1x128", "both"), ("fp8_1x128", "columnwise"), ("fp8_128x128", "both"),
                            ("fp8_128x128", "columnwise"), ("fp8_128x128", "rowwise")})
 

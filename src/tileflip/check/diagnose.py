@@ -237,9 +237,16 @@ def _untransposed_tile(seen: Seen, block: tuple[int, int] | None) -> list[Hypoth
     for B in squares:
         pi, pj = (c // B) * B + r % B, (r // B) * B + c % B
         inside = (pi < M) & (pj < N)
-        # Where the exchanged source lies outside x, the tile's masked-off load puts a value that is no element.
-        held = np.where(inside, seen.region == seen.enc.codes(np.where(inside, pi * N + pj, 0)), src == -1)
-        score = held[seen.wrong].mean()
+        judged = seen.wrong & inside
+        if not judged.any():
+            continue  # nothing but tail slots: no evidence for the exchange itself
+        held = (seen.region == seen.enc.codes(np.where(inside, pi * N + pj, 0)))[judged].sum()
+        # Where the exchanged source lies outside x, the tile's masked-off load writes a value that is no
+        # element (in 1-byte codes it may read as the poison): evidence only once the exchanged values
+        # themselves make the case.
+        garbage = (seen.wrong & ~inside & (src == -1)).sum()
+        matched = held / judged.sum()
+        score = matched if matched < CONSISTENT else (held + garbage) / seen.wrong.sum()
         text = (
             f"untransposed tile: in {seen.case.label}, each {B}x{B} tile lands where its transpose belongs, but "
             f"with its values as loaded: out[c0 + a, r0 + b] holds x[r0 + a, c0 + b] instead of x[r0 + b, c0 + a]; "
@@ -296,7 +303,8 @@ def _hypotheses(seen: Seen, block: tuple[int, int] | None) -> list[Hypothesis]:
       tail-tile slots where the load's B x B mask, read in output coordinates, is False.
     * untransposed-tile: the wrong values are those of the right tile with its local row and column
       exchanged (a tile stored at transposed offsets without transposing its values).
-    * missing-mask: nothing left unwritten, but writes in the guard bands, or values that are no element.
+    * missing-mask: nothing left unwritten, but writes in the guard bands, or values that are no element
+      (the latter alone only where nothing else explains the case).
 
     Tile sizes are searched over powers of two unless ``block`` gives them; ``aggregate_hints`` then asks
     one tile size to explain all the cases of a target. int32-overflow comes from a large case's summary.
@@ -307,8 +315,13 @@ def _hypotheses(seen: Seen, block: tuple[int, int] | None) -> list[Hypothesis]:
         + _input_strides(seen)
         + _missing_sets(seen, block)
         + _untransposed_tile(seen, block)
-        + _missing_mask(seen)
     )
+    # Values that are no element, with no write outside out, are what any misplaced store of a masked
+    # load leaves: a missing mask is named for them only where nothing more specific explains the case.
+    masked = _missing_mask(seen)
+    outside = seen.outside.any()
+    if outside or not any(h.score >= CONSISTENT for h in found):
+        found += masked
     if seen.x_changed and not seen.wrong.any():
         found.append(
             Hypothesis(

@@ -162,7 +162,7 @@ def _cast(argv: list[str], whole: list[str]) -> int:
 
 
 def _quantize(argv: list[str], whole: list[str]) -> int:
-    from tileflip.bench import quantize
+    from tileflip.bench import cases, quantize
 
     p = argparse.ArgumentParser(prog="tileflip bench --suite quantize",
                                 description="Block-scaled quantization (each recipe; row-wise, column-wise and "
@@ -176,6 +176,8 @@ def _quantize(argv: list[str], whole: list[str]) -> int:
                    help="shorter timing: 10 warm-up calls and 40 timed repetitions per figure (else 25 and 100)")
     p.add_argument("--out", default=DEFAULT_OUT, help=OUT_HELP)
     args = p.parse_args(argv)
+    if args.part and cases.parse_part(args.part)[0] > len(args.shapes):
+        p.error(f"argument --part: {args.part} selects none of the {len(args.shapes)} shapes")
     if _no_gpu("the quantize benchmark"):
         return 2
     written = quantize.run(args.shapes, part=args.part, rounds=args.rounds, quick=args.quick, out_dir=args.out,

@@ -165,7 +165,8 @@ def check_call(x, recipe, rowwise, columnwise, scale, scale_layout, mode, given,
         raise ValueError("backend='triton' got a CPU tensor, but Triton's interpreter is off: set "
                          "TRITON_INTERPRET=1 before importing tileflip, or use backend='torch'")  # fmt: skip
     scales.check_sizes(recipe, x.shape[0], x.shape[1], rowwise, columnwise)
-    if backend == "cuda":
+    if backend == "cuda" and not torch.compiler.is_compiling():
+        # Traced calls are checked when they run (runs_cuda): the check loads the CUDA bindings.
         _check_cuda(x, recipe, address=False)
 
 

@@ -15,6 +15,7 @@ import torch
 
 from tileflip.kernels.cuda import nvrtc
 from tileflip.kernels.cuda.transpose import _arch
+from tileflip.kernels.triton.fp8 import has_hw_cvt
 from tileflip.kernels.triton.launch import current_stream
 from tileflip.plan.scales import QuantizeLaunch
 
@@ -43,12 +44,14 @@ def compile_cubin(arch: int = 90, *, use_cache: bool = True) -> dict[str, bytes]
 
 def refusal(x: torch.Tensor, recipe: str, *, address: bool = True) -> str | None:
     """Why the kernel cannot take this call, or None: the fp8 recipes, on whole 128 x 128 tiles of a CUDA
-    x whose rows are contiguous and start on 16-byte boundaries (``address``: x's own address too; a
-    traced x has none yet)."""
+    x whose rows are contiguous and start on 16-byte boundaries, on a GPU that converts to fp8 in
+    hardware (``address``: x's own address too; a traced x has none yet)."""
     if recipe not in RECIPES:
         return f"it runs the recipes {' and '.join(RECIPES)} only"
     if x.device.type != "cuda":
         return "it needs a CUDA tensor"
+    if not has_hw_cvt(x.device.index if x.device.index is not None else torch.cuda.current_device()):
+        return "it needs a GPU that converts to fp8 in hardware (compute capability 8.9 or later)"
     if x.dtype not in INPUTS:
         return f"it takes bf16, fp16 or fp32 x, got {x.dtype}"
     M, K = x.shape
@@ -91,10 +94,10 @@ _handles: dict = {}
 def launch(x, data, scale, data_t, scale_t, plan: QuantizeLaunch) -> None:
     """Quantize x (``refusal`` gave None) by ``plan`` into the given outputs, None where not asked for."""
     device = x.get_device()
+    nvrtc.context_ready(device)  # per thread: a thread's first launch may find no current context
     name = kernel_name(plan.square, plan.rowwise, plan.columnwise, x.dtype)
     kernel = _handles.get((device, name))
     if kernel is None:
-        nvrtc.context_ready(device)
         kernel = _handles[device, name] = nvrtc.get_kernel(CU_FILE, name, device, _arch(device))
     M, K = x.shape
     a = _args.args
