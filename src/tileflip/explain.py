@@ -172,7 +172,8 @@ def _realign_or(p, size, lines) -> list[str]:
         return [head, *lines]
 
     ta, step = REALIGN_TILE
-    pieces = "on 16-byte boundaries" if tuning.realign_aligned(p, go) else "at any byte (two loads and a shift each)"
+    pieces = ("on 16-byte boundaries" if tuning.realign_aligned(p, go)
+              else "at any byte (each shifted into place with the next lane's word)")  # fmt: skip
     return [
         head,
         "CUDA realigned-store kernel (backend auto; kernels/cuda/permute_realign.cu):",

@@ -229,8 +229,8 @@ ROWS_FLAT_WARPS = 4
 # taken. Each figure is the median over the permute-wide suite's 1-byte cases (H200): of the Triton tile
 # kernel where it moves 16-byte vectors on both sides, or narrower ones (72 cases); of the realigned-store
 # CUDA kernel per share of its tiles filled (``realign_fill``; cases over half filled), where every input
-# piece starts on a 16-byte boundary (16 cases) or at any byte (33). With it auto's pick is within 5% of
-# the faster of the two on 72 of 82 cases (docs/design.md, Planner).
+# piece starts on a 16-byte boundary (16 cases) or at any byte (33). Timed, auto is within 5% of the faster
+# of the two on 61 of the 71 cases the kernel can take (docs/design.md, Planner).
 TILE_FRACTION = {True: 0.95, False: 0.48}
 REALIGN_FRACTION = {True: 0.77, False: 0.74}
 REALIGN_WARPS = 9  # the kernel's 288 threads

@@ -39,6 +39,14 @@ def kernels(name: str):
     return module
 
 
+NVRTC_MISSING = "it needs NVRTC and cuda-python (pip install 'tileflip[cuda]')"
+
+
+def nvrtc_available() -> bool:
+    """Whether the CUDA C++ kernels can be compiled here (the optional extra ``tileflip[cuda]``)."""
+    return kernels("cuda.nvrtc").available()
+
+
 def interpreted() -> bool:
     """Whether the Triton kernels run in Triton's interpreter (TRITON_INTERPRET=1 before their import)."""
     return kernels("triton.transpose").is_interpreted()
@@ -63,7 +71,7 @@ def auto_kernel(chosen: str, element_size: int, sxn: int, M: int, out_address: i
     names cuda-vec for a call that kernel cannot take, or a CUDA C++ kernel where those cannot run (no
     cuda-python or NVRTC: the optional extra ``tileflip[cuda]``)."""
     if chosen in CUDA_BACKENDS:
-        if not kernels("cuda.nvrtc").available():
+        if not nvrtc_available():
             return "triton"
         if chosen == "cuda-vec" and vec_refusal(element_size, sxn, M, out_address) is not None:
             return "triton"
@@ -152,8 +160,8 @@ def realign_refusal(x, p) -> str | None:
         return f"it needs a CUDA tensor, but x is on {x.device}"
     if x.element_size() != 1:
         return f"it moves 1-byte elements, got {x.element_size()}-byte ones"
-    if not kernels("cuda.nvrtc").available():
-        return "it needs NVRTC and cuda-python (pip install 'tileflip[cuda]')"
+    if not nvrtc_available():
+        return NVRTC_MISSING
     go = _realign_candidate(p, 1) if p.kind in ("tiles", "transpose2d") else None
     if go is None or kernels("cuda.permute").params_of(p, go) is None:
         return ("it transposes: the output's fastest dimension must not be the input's, one input dimension must "
@@ -169,7 +177,7 @@ def launch_permute(x, out, p, backend: str = "triton") -> None:
     es = x.element_size()
     if backend == "cuda-realign" or (backend == "auto" and es == 1 and x.is_cuda):
         go = _realign_candidate(p, 1) if backend == "cuda-realign" else _realign_launch(p, 1)
-        if go is not None and kernels("cuda.nvrtc").available():
+        if go is not None and nvrtc_available():
             cuda_permute = kernels("cuda.permute")
             if cuda_permute.params_of(p, go) is not None:
                 cuda_permute.launch(x, out, p, go)

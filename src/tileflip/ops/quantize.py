@@ -22,7 +22,7 @@ import torch
 
 from tileflip import tuning
 from tileflip.ops import quantize_reference as ref
-from tileflip.ops.backends import kernels, on_device_of
+from tileflip.ops.backends import NVRTC_MISSING, kernels, nvrtc_available, on_device_of
 from tileflip.ops.checks import check_float_matrix, check_scalar_tensor
 from tileflip.plan import scales
 
@@ -170,21 +170,21 @@ def check_call(x, recipe, rowwise, columnwise, scale, scale_layout, mode, given,
         _check_cuda(x, recipe, address=False)
 
 
+def _cuda_refusal(x, recipe, *, address: bool) -> str | None:
+    """Why the CUDA C++ kernel cannot take the call here (None: it can)."""
+    why = cuda_kernel().refusal(x, recipe, address=address)
+    return NVRTC_MISSING if why is None and not nvrtc_available() else why
+
+
 def _check_cuda(x, recipe, *, address: bool) -> None:
     """backend='cuda': refused, with the reason, where the CUDA C++ kernel cannot take the call."""
-    why = cuda_kernel().refusal(x, recipe, address=address)
-    if why is None and not nvrtc_available():
-        why = "NVRTC is not installed (pip install 'tileflip[cuda]')"
+    why = _cuda_refusal(x, recipe, address=address)
     if why:
         raise ValueError(f"backend='cuda' cannot take this call: {why}; use backend='auto' or 'triton'")
 
 
 def cuda_kernel():
     return kernels("cuda.quantize")
-
-
-def nvrtc_available() -> bool:
-    return kernels("cuda.nvrtc").available()
 
 
 def _kernels():
@@ -205,7 +205,7 @@ def runs_cuda(x: torch.Tensor, recipe: str, rowwise: bool, columnwise: bool, bac
         _check_cuda(x, recipe, address=True)
         return True
     return (backend == "auto" and x.device.type == "cuda" and tuning.quantize_prefers_cuda(recipe, rowwise, columnwise)
-            and cuda_kernel().refusal(x, recipe) is None and nvrtc_available())  # fmt: skip
+            and _cuda_refusal(x, recipe, address=True) is None)  # fmt: skip
 
 
 def quantize_impl(x, recipe, rowwise, columnwise, scale, scale_layout, mode, given, rule, backend) -> Quantized:
