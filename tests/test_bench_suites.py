@@ -571,8 +571,8 @@ def test_quantize_bytes_are_the_minimum():
 
 
 def test_quantize_results_file_reads_back():
-    """The committed results: every case has tileflip's figure, marked exact, beside the same-run copy;
-    the table names each recipe and output set."""
+    """The committed results: every case (the byte-scale recipes in both scale layouts) has tileflip's
+    figure, marked exact, beside the same-run copy; the table names each recipe and output set."""
     from tileflip.bench import quantize
 
     path = Path(__file__).parent.parent / "benchmarks" / "results" / "h200" / "quantize.json"
@@ -581,7 +581,9 @@ def test_quantize_results_file_reads_back():
     rows = data["records"]
     med = quantize.medians(rows)
     cases = {k[:3] for k in med}
-    assert {(r, o) for _, r, o in cases} == {(r, o) for r in quantize.RECIPES for o in quantize.OUTPUTS}
+    names = {r if lay == "plain" else f"{r} {lay}" for r in quantize.RECIPES for lay in quantize.layouts(r)}
+    assert names == set(quantize.RECIPES) | {"mxfp8 blocked", "nvfp4 blocked"}
+    assert {(r, o) for _, r, o in cases} == {(n, o) for n in names for o in quantize.OUTPUTS}
     for case in cases:
         assert med[(*case, "copy")][1] == 1.0 and (*case, "tileflip") in med and (*case, "torch-compile") in med
     assert all(r["exact"] for r in rows if r["backend"] == "tileflip")

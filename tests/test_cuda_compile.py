@@ -133,29 +133,36 @@ def test_nvrtc_compiles_the_realigned_permute():
 def check_quantize_cubin(elf: bytes) -> None:
     assert cubin_arch(elf) == ARCH
     names = cuda_quantize.kernel_names()
-    assert len(names) == 18 and global_functions(elf) == set(names)
-    for name in names:  # the column-wise output is staged as the tile's 128 x 128 bytes
+    tags = ("fp8_1x128", "fp8_128x128", "mxfp8_floor", "mxfp8_rceil", "nvfp4")
+    want = {f"quantize_{tag}_{side}_{dtype}" for tag in tags for side in ("row", "col", "both")
+            for dtype in ("bf16", "fp16", "fp32")}  # fmt: skip
+    assert len(names) == len(set(names)) == 45 and set(names) == want and global_functions(elf) == want
+    for name in names:
+        # Column-wise output is staged as data_t's block of the tile: 128 rows of 128 e4m3 bytes, or of 64
+        # bytes of fp4 pairs; without it the tile's shared memory holds only maxima and scales.
+        block = 128 * 64 if name.startswith("quantize_nvfp4_") else 128 * 128
         staged = static_shared_bytes(elf, name)
-        assert staged >= 128 * 128 if "_row_" not in name else staged < 128 * 128
+        assert staged >= block if "_col_" in name or "_both_" in name else staged < block, (name, staged)
 
 
 def test_nvrtc_compiles_the_quantizer():
     cubins = cuda_quantize.compile_cubin(ARCH, use_cache=False)
-    assert list(cubins) == ["quantize_fp8.cu"]
-    check_quantize_cubin(cubins["quantize_fp8.cu"])
+    assert list(cubins) == ["quantize.cu"]
+    check_quantize_cubin(cubins["quantize.cu"])
 
 
 def test_quantizer_arguments_match_the_kernels_signature():
-    # (x, data, scale, data_t, scale_t) pointers, then M, K, ld (int64) and ue8m0 (int)
+    # (x, data, scale, data_t, scale_t, gs) pointers, then M, K, ld (int64), then ue8m0 and blocked (int)
     names = [name for name, _ in cuda_quantize._Args._fields_]
-    assert names == ["x", "data", "scale", "data_t", "scale_t", "M", "K", "ld", "ue8m0"]
-    assert [cuda_quantize._Args.ue8m0.offset, ctypes.sizeof(cuda_quantize._Args)] == [64, 72]
+    assert names == ["x", "data", "scale", "data_t", "scale_t", "gs", "M", "K", "ld", "ue8m0", "blocked"]
+    args = cuda_quantize._Args
+    assert [args.ue8m0.offset, args.blocked.offset, ctypes.sizeof(args)] == [6 * 8 + 3 * 8, 6 * 8 + 3 * 8 + 4, 80]
 
 
 # each .cu file and the check of its cubin
 CU_FILES = {"transpose.cu": (cuda_transpose.CU_FILE, check_cubin),
             "permute_realign.cu": (cuda_permute.CU_FILE, check_realign_cubin),
-            "quantize_fp8.cu": (cuda_quantize.CU_FILE, check_quantize_cubin)}  # fmt: skip
+            "quantize.cu": (cuda_quantize.CU_FILE, check_quantize_cubin)}  # fmt: skip
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH (the NVRTC tests still ran)")

@@ -662,8 +662,8 @@ KERNEL_CASES = [(r, i) for r, opts in KERNEL_OPTIONS.items() for i in range(len(
 EDGE_SHAPES = {"fp8_1x128": (256, 384), "fp8_128x128": (384, 256), "mxfp8": (96, 160), "nvfp4": (48, 208)}
 
 
-def kernel_options(recipe: str, index: int) -> dict:
-    options = dict(KERNEL_OPTIONS[recipe][index])
+def kernel_options(recipe: str, index: int, table: dict = KERNEL_OPTIONS) -> dict:
+    options = dict(table[recipe][index])
     if options.get("global_scale") == "given":
         options["global_scale"] = torch.tensor(0.0123)
     return options
@@ -920,10 +920,19 @@ def test_auto_backend_runs_the_kernel_where_it_can(monkeypatch, device):
 
 
 # --------------------------------------------------------------------------------------------------
-# The CUDA C++ kernel of the fp8 recipes (GPU; its refusals on the CPU too)
+# The CUDA C++ kernel (GPU; its refusals and index arithmetic on the CPU too)
 # --------------------------------------------------------------------------------------------------
 
 FP8_RECIPES = ["fp8_1x128", "fp8_128x128"]
+# Every option of each recipe that changes what the kernel computes or where it writes.
+CUDA_OPTIONS = {
+    "fp8_1x128": [{}, {"scale": "ue8m0"}],
+    "fp8_128x128": [{}, {"scale": "ue8m0"}],
+    "mxfp8": [{"rule": rule, "scale_layout": layout} for rule in ("floor", "rceil") for layout in ("plain", "blocked")],
+    "nvfp4": [{"global_scale": g, "scale_layout": layout} for g in ("given", None, "auto")
+              for layout in ("plain", "blocked")],
+}  # fmt: skip
+CUDA_CASES = [(r, i) for r, opts in CUDA_OPTIONS.items() for i in range(len(opts))]
 
 
 def padded_rows(M, K, dtype, seed):
@@ -932,21 +941,21 @@ def padded_rows(M, K, dtype, seed):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("scale", [None, "ue8m0"])
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("side", list(SIDES))
-@pytest.mark.parametrize("recipe", FP8_RECIPES)
-def test_cuda_kernel_matches_the_reference_gpu(recipe, side, dtype, scale):
+@pytest.mark.parametrize("recipe, index", CUDA_CASES, ids=[f"{r}-{i}" for r, i in CUDA_CASES])
+def test_cuda_kernel_matches_the_reference_gpu(recipe, index, side, dtype):
     """Special blocks (zeros, subnormals, inf, NaN, ties, the dtype's max, tiny values), a random x of
-    several tiles each way, and rows padded apart, for each output set."""
+    several tiles each way, and rows padded apart, for each output set and option."""
     rowwise, columnwise = SIDES[side]
+    options = kernel_options(recipe, index, CUDA_OPTIONS)
     for x in (special_blocks(dtype), sample(384, 256, dtype, seed=31), padded_rows(256, 384, dtype, seed=32)):
-        got = tileflip.quantize(x.cuda(), recipe, rowwise=rowwise, columnwise=columnwise, scale=scale,
-                                backend="cuda")  # fmt: skip
-        assert_same_results(got, quantize_ref(x, recipe, rowwise=rowwise, columnwise=columnwise, scale=scale))
+        got = tileflip.quantize(x.cuda(), recipe, rowwise=rowwise, columnwise=columnwise, backend="cuda",
+                                **on("cuda", options))  # fmt: skip
+        assert_same_results(got, quantize_ref(x, recipe, rowwise=rowwise, columnwise=columnwise, **options))
 
 
-# The kernel's thread mapping, modelled in numpy: what quantize_fp8.cu's index arithmetic does, checked
+# The kernel's thread mapping, modelled in numpy: what quantize.cu's index arithmetic does, checked
 # here without a GPU (256 threads: warp w, half h, lane v of the half; rows 16w + 8h + i, columns 8v + k).
 
 
@@ -955,42 +964,192 @@ def test_cuda_model_is_the_kernels_arithmetic():
     from tileflip.kernels.cuda import quantize as cuda_kernel
 
     source = cuda_kernel.CU_FILE.read_text()
-    for expression in ("const int r0 = 16 * w + 8 * h;", "const int chunk = (r0 >> 3) ^ v;",
-                       "8 * ((2 * p) ^ (sw & ~1))", "sw = (c >> 3) & 15", "(h << 4) + 2 * i",
-                       "const bool up = v & 8;", "const bool up = v & 4;", "const bool up = v & 2;",
-                       "scale[kb * M + row0 + (t - TILE)]", "scale_t[mb * K + col0 + t]",
-                       "scale[mb * tiles_k + kb]", "scale_t[kb * tiles_m + mb]"):  # fmt: skip
+    expressions = (
+        # the recipes' groups and the thread's rows and columns
+        "static constexpr int G = R <= FP8_128X128 ? 128 : (R == NVFP4 ? 16 : 32);",
+        "static constexpr int PACK = R == NVFP4 ? 2 : 1;",
+        "GROUPS = TILE / G;",
+        "const int t = threadIdx.x, w = t >> 5, lane = t & 31, h = lane >> 4, v = lane & 15;",
+        "const int r0 = 16 * w + 8 * h;",
+        # reduce_rows and the row multipliers
+        "constexpr int L = G / 8;",
+        "for (int bit = L / 2; bit >= 1 && n > 1; bit >>= 1)",
+        "const int half = n / 2;",
+        "const bool up = v & bit;",
+        "const tf_u32 keep = up ? rmax[j + half] : rmax[j], send = up ? rmax[j] : rmax[j + half];",
+        "rmax[j] = max(keep, __shfl_xor_sync(0xFFFFFFFFu, send, bit));",
+        "if (L == 16) rmax[0] = max(rmax[0], __shfl_xor_sync(0xFFFFFFFFu, rmax[0], 1));",
+        "constexpr int L = G / 8, N = G == 128 ? 1 : 64 / G;",
+        "const int mine = G == 128 ? v >> 1 : (v & (L - 1)) * N;",
+        "rowscale_b[(r0 + mine + j) * GROUPS + v / L] = (tf_u8)stored;",
+        "rowscale[r0 + mine] = stored;",
+        "const int src = G == 128 ? 2 * i : (v & ~(L - 1)) + i / N;",
+        "rmult[i] = __shfl_sync(0xFFFFFFFFu, m[i % N], (h << 4) + src);",
+        # the column groups
+        "constexpr int CW = G == 16 ? 1 : G / 16;",
+        "cmax[k] = max(cmax[k], __shfl_xor_sync(0xFFFFFFFFu, cmax[k], 16));",
+        "block_scale<R>(h ? cmax[4 + j] : cmax[j], ctx, m[j], stored);",
+        "colscale[(8 * v + 4 * h + j) * GROUPS + w] = (tf_u8)stored;",
+        "const float other = __shfl_xor_sync(0xFFFFFFFFu, m[j], 16);",
+        "cmult[j] = h ? other : m[j];",
+        "cmult[4 + j] = h ? m[j] : other;",
+        "} else if (h == 0) {",
+        "colmax[w * TILE + 8 * v + k] = cmax[k];",
+        "for (int idx = t; idx < GROUPS * TILE; idx += THREADS)",
+        "const int c = idx & (TILE - 1), q = idx >> 7;",
+        "tf_u32 top = colmax[q * CW * TILE + c];",
+        "for (int p = 1; p < CW; ++p) top = max(top, colmax[(q * CW + p) * TILE + c]);",
+        "colmult[q * TILE + c] = m;",
+        "colscale[c * GROUPS + q] = (tf_u8)stored;",
+        "cmult[k] = colmult[(w / CW) * TILE + 8 * v + k];",
+        # the column stage: e4m3 (8-byte chunks) and fp4 (4-byte chunks)
+        "constexpr int TROW = TILE / PACK;",
+        "const int chunk = (r0 >> 3) ^ v;",
+        "for (int k = 0; k < 8; ++k) out += e2m1_not_nan(__fmul_rn(v.v[k], m)) << (4 * k);",
+        "for (int k = 0; k < 8; ++k) out |= e2m1(__fmul_rn(v.v[k], m)) << (4 * k);",
+        "for (int i = 0; i < 8; ++i) column.v[i] = f[i].v[k];",
+        "*reinterpret_cast<tf_u32*>(stage + (8 * v + k) * TROW + 4 * chunk) = e2m1x8(column, m);",
+        "*reinterpret_cast<uint2*>(stage + (8 * v + k) * TROW + 8 * chunk) = out;",
+        "constexpr int PIECES = TROW / 16;",
+        "for (int j = 0; j < TILE * PIECES / THREADS; ++j)",
+        "const int g = t + THREADS * j, c = g / PIECES, p = g % PIECES, sw = (c >> 3) & 15;",
+        "piece = *reinterpret_cast<const uint4*>(stage + c * TROW + 16 * (p ^ (sw >> 2)));",
+        "if (sw & 1) piece = make_uint4(piece.y, piece.x, piece.w, piece.z);",
+        "if (sw & 2) piece = make_uint4(piece.z, piece.w, piece.x, piece.y);",
+        "stage + c * TROW + 8 * ((2 * p) ^ (sw & ~1))",
+        "piece = make_uint4(s.z, s.w, s.x, s.y);",
+        "data_t + (col0 + c) * (M / PACK) + row0 / PACK + 16 * p",
+        # the fp8 recipes' scales
+        "reinterpret_cast<float*>(scale)[kb * M + row0 + (t - TILE)]",
+        "reinterpret_cast<float*>(scale_t)[mb * K + col0 + c]",
+        "reinterpret_cast<float*>(scale)[mb * tiles_k + kb]",
+        "reinterpret_cast<float*>(scale_t)[kb * tiles_m + mb]",
+        # the byte scales: a block's tile, its shared scale bytes, their words
+        "const tf_i64 tiles_k = K / TILE, mb = blockIdx.x / tiles_k, kb = blockIdx.x - mb * tiles_k;",
+        "const tf_i64 row0 = mb * TILE, col0 = kb * TILE;",
+        "if (!blocked) return row * groups + g0 + 4 * q;",
+        "const tf_i64 r = row & 127;",
+        "return 512 * ((row >> 7) * (groups >> 2) + (g0 >> 2) + q) + (r & 31) * 16 + (r >> 5) * 4;",
+        "constexpr int WORDS = GROUPS >= 4 ? GROUPS / 4 : 1, ROWS = ROW ? TILE * WORDS : 0;",
+        "constexpr int TOTAL = ROWS + (COL ? TILE * WORDS : 0);",
+        "for (int idx = t; idx < TOTAL; idx += THREADS)",
+        "const bool col_side = idx >= ROWS;",
+        "const int j = col_side ? idx - ROWS : idx, r = j / WORDS, q = j - r * WORDS;",
+        "(col_side ? colscale : rowscale_b) + r * GROUPS + 4 * q",
+        "scale_word(blocked, col0 + r, row0 / G, M / G, q)",
+        "scale_word(blocked, row0 + r, col0 / G, K / G, q)",
+    )
+    for expression in expressions:
         assert expression in source, expression
 
 
-def test_cuda_row_maxima_reduce_and_scatter_model():
-    """Three exchanges that halve the rows a lane keeps, then one more: lanes 2j and 2j + 1 of a half-warp
-    end with row j's max over all 16 lanes, the lane the multipliers are then taken from."""
-    rng = np.random.default_rng(0)
-    rmax = rng.integers(0, 2**31, (16, 8))  # lane v's max of each of its 8 rows
+def reduce_rows_model(rmax: np.ndarray, G: int) -> list:
+    """reduce_rows<G> over the 16 lanes of a half-warp, as written: lane v's registers after it."""
+    L = G // 8
     regs = [list(r) for r in rmax]
-    for bit, count in ((8, 4), (4, 2), (2, 1)):
-        new = []
+    n, bit = 8, L // 2
+    while bit >= 1 and n > 1:
+        half = n // 2
+        send = [[regs[v][j] if v & bit else regs[v][j + half] for j in range(half)] for v in range(16)]
+        new = [list(r) for r in regs]
         for v in range(16):
-            up = bool(v & bit)
-            other = regs[v ^ bit]  # the partner keeps the other half and sends this lane's
-            kept = [max(regs[v][j + count] if up else regs[v][j], other[j + count] if up else other[j])
-                    for j in range(count)]  # fmt: skip
-            new.append(kept)
-        regs = new
-    final = [max(regs[v][0], regs[v ^ 1][0]) for v in range(16)]
+            for j in range(half):
+                keep = regs[v][j + half] if v & bit else regs[v][j]
+                new[v][j] = max(keep, send[v ^ bit][j])  # __shfl_xor_sync(send, bit)
+        regs, n, bit = new, half, bit >> 1
+    if L == 16:
+        regs = [[max(regs[v][0], regs[v ^ 1][0])] + regs[v][1:] for v in range(16)]
+    return regs
+
+
+@pytest.mark.parametrize("G", [16, 32, 128])
+def test_cuda_row_maxima_reduce_and_scatter_model(G):
+    """reduce_rows<G>: lane v ends with rows mine .. mine + N - 1 (N = 64 / G, at least 1), each the max over
+    the G / 8 lanes of its group; the lane the multiplier of row i is then taken from holds row i's max;
+    and the byte scale of row mine + j goes to the lane's group, v / L, whose columns are the lane's."""
+    L, N = G // 8, max(64 // G, 1)
+    rmax = np.random.default_rng(G).permutation(16 * 8).reshape(16, 8)  # lane v's max of its 8 rows; distinct
+    regs = reduce_rows_model(rmax, G)
     for v in range(16):
-        assert final[v] == rmax[:, (v >> 1) & 7].max()
-    for i in range(8):  # rmult[i] comes from lane 2i of the half
-        assert final[2 * i] == rmax[:, i].max()
+        lanes = range(v & ~(L - 1), (v & ~(L - 1)) + L)  # the lanes of v's group
+        mine = v >> 1 if G == 128 else (v & (L - 1)) * N
+        for j in range(N):
+            assert regs[v][j] == max(rmax[u, mine + j] for u in lanes), (v, j)
+        for i in range(8):
+            src = 2 * i if G == 128 else (v & ~(L - 1)) + i // N
+            assert src in lanes
+            assert regs[src][i % N] == max(rmax[u, i] for u in lanes), (v, i)
+        assert {(8 * v + k) // G for k in range(8)} == {v // L}
 
 
-def test_cuda_column_stage_model():
-    """The column-wise bytes: each thread's 8 rows of column c go to chunk (row / 8) ^ (c / 8) of the stage's
-    row c; the read of 16 bytes (chunks 2p, 2p + 1, their halves swapped where c / 8 is odd) gives
-    data_t's row c, bytes 16p .. 16p + 15, in order; each warp's 8-byte writes fall on distinct bank pairs
-    but for the two a 256-byte write needs."""
-    stage = -np.ones((128, 16, 8), dtype=np.int64)  # [row c][chunk][byte]: the tile row that byte holds
+def column_maxima_model(x: np.ndarray, G: int):
+    """The column side of a 128 x 128 tile of maxima ``x``, as the kernel's threads compute it (the scale rule
+    stands in as the identity): the shared colscale bytes, and each thread's cmult, by thread."""
+    GROUPS, CW, TILE = 128 // G, max(G // 16, 1), 128
+    cmax = {}
+    for t in range(256):
+        w, h, v = t >> 5, (t >> 4) & 1, t & 15
+        r0 = 16 * w + 8 * h
+        cmax[t] = [x[r0 : r0 + 8, 8 * v + k].max() for k in range(8)]
+    cmax = {t: [max(cmax[t][k], cmax[t ^ 16][k]) for k in range(8)] for t in range(256)}  # shfl_xor 16
+    colscale = np.full(TILE * GROUPS, -1, dtype=np.int64)
+    cmult = {}
+    if G == 16:
+        m = {t: [cmax[t][4 + j] if (t >> 4) & 1 else cmax[t][j] for j in range(4)] for t in range(256)}
+        for t in range(256):
+            w, h, v = t >> 5, (t >> 4) & 1, t & 15
+            for j in range(4):
+                at = (8 * v + 4 * h + j) * GROUPS + w
+                assert colscale[at] == -1
+                colscale[at] = m[t][j]
+            other = m[t ^ 16]
+            cmult[t] = [other[j] if h else m[t][j] for j in range(4)] + [m[t][j] if h else other[j] for j in range(4)]
+        return colscale, cmult
+    colmax = np.full(8 * TILE, -1, dtype=np.int64)
+    for t in range(256):
+        w, h, v = t >> 5, (t >> 4) & 1, t & 15
+        if h == 0:
+            for k in range(8):
+                assert colmax[w * TILE + 8 * v + k] == -1
+                colmax[w * TILE + 8 * v + k] = cmax[t][k]
+    colmult = np.full(GROUPS * TILE, -1, dtype=np.int64)
+    for t in range(256):
+        for idx in range(t, GROUPS * TILE, 256):
+            c, q = idx & (TILE - 1), idx >> 7
+            top = max(colmax[(q * CW + p) * TILE + c] for p in range(CW))
+            at = c * GROUPS + q
+            assert colmult[q * TILE + c] == -1 and colscale[at] == -1
+            colmult[q * TILE + c] = colscale[at] = top
+    for t in range(256):
+        w, v = t >> 5, t & 15
+        cmult[t] = [colmult[(w // CW) * TILE + 8 * v + k] for k in range(8)]
+    return colscale, cmult
+
+
+@pytest.mark.parametrize("G", [16, 32, 128])
+def test_cuda_column_groups_model(G):
+    """Column group q of column c is the max over tile rows qG .. qG + G - 1 (G = 16: the warp's two halves
+    share out the 8 columns of each lane; G = 32, 128: the CW = G / 16 warps' maxima in shared memory),
+    stored once at shared byte c * GROUPS + q, and each thread's multipliers are its own rows' groups."""
+    GROUPS = 128 // G
+    x = np.random.default_rng(G).permutation(128 * 128).reshape(128, 128)  # distinct maxima
+    colscale, cmult = column_maxima_model(x, G)
+    want = np.array([[x[q * G : q * G + G, c].max() for q in range(GROUPS)] for c in range(128)]).reshape(-1)
+    assert (colscale == want).all()
+    for t in range(256):
+        r0, v = 16 * (t >> 5) + 8 * ((t >> 4) & 1), t & 15
+        group = slice(r0 // G * G, r0 // G * G + G)
+        assert (r0 + 7) // G == r0 // G  # a thread's 8 rows lie in one group
+        assert cmult[t] == [x[group, 8 * v + k].max() for k in range(8)], t
+
+
+def _staged_columns(row_bytes: int, chunk_bytes: int) -> np.ndarray:
+    """The stage after every thread's column-wise writes: thread (w, h, v) writes its rows r0 .. r0 + 7
+    of column c = 8v + k as chunk (r0 / 8) ^ v of the stage's row c. Checks that no chunk is written
+    twice and that a warp's writes hit no bank (4-byte banks, or 8-byte bank pairs for 8-byte chunks)
+    more than twice; returns [row c][chunk][i] = the tile row held."""
+    stage = -np.ones((128, row_bytes // chunk_bytes, 8), dtype=np.int64)
+    banks_of = 32 * 4 // chunk_bytes
     for w in range(8):
         for k in range(8):
             banks = []
@@ -1000,8 +1159,17 @@ def test_cuda_column_stage_model():
                 chunk = (r0 >> 3) ^ v
                 assert (stage[c, chunk] == -1).all()
                 stage[c, chunk] = np.arange(r0, r0 + 8)
-                banks.append(((c * 128 + 8 * chunk) // 8) % 16)  # 8-byte bank pairs
-            assert max(np.bincount(banks, minlength=16)) == 2
+                banks.append(((c * row_bytes + chunk_bytes * chunk) // chunk_bytes) % banks_of)
+            assert max(np.bincount(banks, minlength=banks_of)) == 2
+    return stage
+
+
+def test_cuda_column_stage_model():
+    """The column-wise bytes: each thread's 8 rows of column c go to chunk (row / 8) ^ (c / 8) of the stage's
+    row c; the read of 16 bytes (chunks 2p, 2p + 1, their halves swapped where c / 8 is odd) gives
+    data_t's row c, bytes 16p .. 16p + 15, in order; each warp's 8-byte writes fall on distinct bank pairs
+    but for the two a 256-byte write needs."""
+    stage = _staged_columns(row_bytes=128, chunk_bytes=8)  # [row c][chunk][byte]: the tile row it holds
     for g in range(1024):
         c, p, sw = g >> 3, g & 7, ((g >> 3) >> 3) & 15
         lower = (2 * p) ^ (sw & ~1)
@@ -1009,6 +1177,32 @@ def test_cuda_column_stage_model():
         if sw & 1:
             piece = np.concatenate([piece[8:], piece[:8]])
         assert (piece == np.arange(16 * p, 16 * p + 16)).all(), (c, p)
+
+
+def test_cuda_fp4_column_stage_model():
+    """nvfp4's column-wise bytes (4-byte chunks, rows of 64 bytes): each thread's 8 rows of column c, the
+    even row in the low nibble, go to chunk (row / 8) ^ (c / 8) of the stage's row c, each chunk once; the
+    read of 16 bytes (piece p ^ (sw >> 2), its words swapped in pairs where sw & 1, its halves where sw & 2,
+    so that logical word e is word e ^ (sw & 3)) gives data_t's row c, bytes 16p .. 16p + 15, in order; a
+    warp's 4-byte writes hit no bank more than twice."""
+    TROW, PIECES = 64, 4
+    stage = _staged_columns(row_bytes=TROW, chunk_bytes=4)  # [row c][chunk][nibble]: row r0 + i in bits 4i
+    assert (stage >= 0).all()
+    read = set()
+    for t in range(256):
+        for j in range(128 * PIECES // 256):
+            g = t + 256 * j
+            c, p, sw = g // PIECES, g % PIECES, (g // PIECES >> 3) & 15
+            px, py, pz, pw = stage[c].reshape(PIECES, 4, 8)[p ^ (sw >> 2)]  # 16 bytes: uint4 of 8-nibble words
+            if sw & 1:
+                px, py, pz, pw = py, px, pw, pz
+            if sw & 2:
+                px, py, pz, pw = pz, pw, px, py
+            piece = np.concatenate([px, py, pz, pw])
+            # data_t's bytes 16p .. 16p + 15 of row c: nibbles 32p .. 32p + 31, x's rows in order
+            assert (piece == np.arange(32 * p, 32 * p + 32)).all(), (c, p)
+            read.add((c, p))
+    assert len(read) == 128 * PIECES
 
 
 def test_cuda_scale_addresses_follow_the_layouts():
@@ -1027,6 +1221,68 @@ def test_cuda_scale_addresses_follow_the_layouts():
         assert kb * (M // 128) + mb == kb * sq.scale_t.strides[0] + mb * sq.scale_t.strides[1]
 
 
+def scale_word(blocked: bool, row: int, g0: int, groups: int, q: int) -> int:
+    """quantize.cu's scale_word: where word q (4 byte scales) of scale row ``row`` goes, groups from g0."""
+    if not blocked:
+        return row * groups + g0 + 4 * q
+    r = row & 127
+    return 512 * ((row >> 7) * (groups >> 2) + (g0 >> 2) + q) + (r & 31) * 16 + (r >> 5) * 4
+
+
+@pytest.mark.parametrize("side", list(SIDES))
+@pytest.mark.parametrize("layout", ["plain", "blocked"])
+@pytest.mark.parametrize("M, K", [(384, 256), (256, 640)])
+@pytest.mark.parametrize("recipe", ["mxfp8", "nvfp4"])
+def test_cuda_byte_scale_words_follow_the_layouts(recipe, M, K, layout, side):
+    """The byte scales, as the kernel's blocks write them: block (mb, kb)'s scale of its row r, group g sits
+    at shared byte r * GROUPS + g (of its column c, group q: c * GROUPS + q), and leaves in 4-byte words at
+    scale_word's offsets. Every byte of scale and scale_t is the scale the table's layout puts there,
+    written once."""
+    G, blocked = scales.RECIPES[recipe].block, layout == "blocked"
+    GROUPS, TILE = 128 // G, 128
+    ROW, COL = SIDES[side]
+    lay = scales.layouts(recipe, M, K, ROW, COL, blocked)
+    # scale (row, group) of either side is labelled row * groups + group
+    sides = {False: (lay.scale, M, K // G), True: (lay.scale_t, K, M // G)}
+    out = {col_side: np.full(math.prod(lo.shape), -1, dtype=np.int64) for col_side, (lo, _, _) in sides.items() if lo}
+    tiles_k = K // TILE
+    for block in range(M // TILE * tiles_k):
+        mb = block // tiles_k
+        kb = block - mb * tiles_k
+        row0, col0 = mb * TILE, kb * TILE
+        rowscale_b = np.full(TILE * GROUPS, -1, dtype=np.int64)
+        colscale = np.full(TILE * GROUPS, -1, dtype=np.int64)
+        for r in range(TILE):  # the tile's row (and column) r, each with its GROUPS scales
+            for g in range(GROUPS):
+                rowscale_b[r * GROUPS + g] = (row0 + r) * (K // G) + col0 // G + g
+                colscale[r * GROUPS + g] = (col0 + r) * (M // G) + row0 // G + g
+        WORDS = max(GROUPS // 4, 1)
+        ROWS = TILE * WORDS if ROW else 0
+        TOTAL = ROWS + (TILE * WORDS if COL else 0)
+        for t in range(256):
+            for idx in range(t, TOTAL, 256):
+                col_side = idx >= ROWS
+                j = idx - ROWS if col_side else idx
+                r = j // WORDS
+                q = j - r * WORDS
+                shared = (colscale if col_side else rowscale_b)[r * GROUPS + 4 * q : r * GROUPS + 4 * q + 4]
+                if col_side:
+                    at = scale_word(blocked, col0 + r, row0 // G, M // G, q)
+                else:
+                    at = scale_word(blocked, row0 + r, col0 // G, K // G, q)
+                assert (out[col_side][at : at + 4] == -1).all(), (block, idx)
+                out[col_side][at : at + 4] = shared
+    for col_side, (lo, rows, groups) in sides.items():
+        if lo is None:
+            continue
+        assert (out[col_side] >= 0).all()  # whole 128 x 4 tiles of scales: the blocked layout has no padding here
+        for row in range(rows):
+            for group in range(groups):
+                plain = row * lo.strides[0] + group * lo.strides[1]
+                at = scales.blocked_offset(row, group, groups) if blocked else plain
+                assert out[col_side][at] == row * groups + group, (col_side, row, group)
+
+
 # (x from a tensor on the GPU: views are made there, since moving a view copies it; recipe; the reason)
 CUDA_REFUSALS = [
     (lambda d: sample(256, 384, BF16, seed=33).to(d)[:, :256], "fp8_1x128", None),  # rows 768 bytes apart
@@ -1034,7 +1290,9 @@ CUDA_REFUSALS = [
     (lambda d: sample(256, 392, BF16, seed=33).to(d)[:, 1:257], "fp8_1x128", "16-byte boundary"),
     (lambda d: sample(256, 260, BF16, seed=33).to(d)[:, :256], "fp8_1x128", "16-byte boundary"),
     (lambda d: sample(200, 384, BF16, seed=33).to(d), "fp8_1x128", "multiples of 128"),
-    (lambda d: sample(256, 384, BF16, seed=33).to(d), "mxfp8", "runs the recipes"),
+    (lambda d: sample(256, 384, BF16, seed=33).to(d)[:, :256], "mxfp8", None),
+    (lambda d: sample(256, 384, BF16, seed=33).to(d)[:, :256], "nvfp4", None),
+    (lambda d: sample(384, 256, BF16, seed=33).to(d).t(), "nvfp4", "rows contiguous"),
     (lambda d: sample(256, 384, torch.float64, seed=33).to(d), "fp8_1x128", "x must have dtype"),
 ]
 
@@ -1067,20 +1325,67 @@ def test_cuda_kernel_refused_without_hardware_fp8_conversion_gpu(monkeypatch):
                         quantize_ref(x.cpu(), "fp8_1x128", columnwise=True))  # fmt: skip
 
 
+@pytest.mark.parametrize("rows, cols", [(128, 4), (256, 12), (384, 8)])
+def test_plain_scales_from_the_blocked_layout(rows, cols):
+    """The permute that puts plain mxfp8 scales in place after the CUDA kernel wrote them blocked: the
+    bytes of ``to_blocked(plain)`` come back as ``plain``, through the op's own permute launch (the
+    Triton kernel; here in the interpreter), into an output poisoned first."""
+    from tileflip.ops.quantize import _blocked_to_plain
+
+    plain = torch.randint(0, 256, (rows, cols), dtype=torch.uint8, generator=torch.Generator().manual_seed(rows))
+    out = torch.full((rows, cols), 0xA5, dtype=torch.uint8)
+    _blocked_to_plain(ref.to_blocked(plain), out)
+    assert torch.equal(out, plain)
+
+
+def test_cuda_e2m1_short_conversion_model():
+    """The kernel's e2m1 conversion for products that are not NaN, as numpy float32 arithmetic (one
+    rounding add, as ``__fadd_rn``), against the reference's codes: random fp32 patterns, every pattern
+    step through 0.125 .. 7 in both signs, the grid's midpoints and their neighbours."""
+    from tileflip.kernels.cuda import quantize as cuda_kernel
+
+    source = cuda_kernel.CU_FILE.read_text()
+    for expression in ("const float a = fminf(fabsf(y), 6.0f);",
+                       "const tf_u32 jb = min(max(__float_as_uint(a) >> 23, 127u), 129u);",
+                       "__fadd_rn(a, __uint_as_float((jb << 23) + 0x0B400000u))",
+                       "return ((sum + 2 * jb + 2) & 7u) | ((__float_as_uint(y) >> 28) & 8u);",
+                       "if (fabsf(m) <= 3.402823466e38f) {"):  # fmt: skip
+        assert expression in source, expression
+    rng = np.random.default_rng(7)
+    steps = np.arange(0x3E000000, 0x40E00000, 29, dtype=np.uint32)
+    mids = np.array([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, 6.0, 0.0, 0.5, 1.0, 2.0, 4.0, 7.0, 1e30, np.inf],
+                    dtype=np.float32).view(np.uint32)  # fmt: skip
+    bits = np.concatenate([rng.integers(0, 2**32, 1_000_000, dtype=np.uint64).astype(np.uint32), steps,
+                           mids, mids + 1, mids - 1])  # fmt: skip
+    bits = np.concatenate([bits, bits ^ np.uint32(0x80000000)])
+    y = bits.view(np.float32)
+    y = y[~np.isnan(y)]
+    a = np.minimum(np.abs(y), np.float32(6.0))
+    jb = np.clip(a.view(np.uint32) >> 23, 127, 129).astype(np.uint32)
+    total = (a + ((jb << 23) + np.uint32(0x0B400000)).view(np.float32)).view(np.uint32)
+    code = ((total + 2 * jb + 2) & 7) | ((y.view(np.uint32) >> 28) & 8)
+    want = ref.e2m1_codes(torch.from_numpy(y.copy())).numpy()
+    assert len(y) > 2_000_000
+    np.testing.assert_array_equal(code, want)
+
+
 @pytest.mark.gpu
-@pytest.mark.parametrize("recipe", FP8_RECIPES)
+@pytest.mark.parametrize("recipe", RECIPES)
 def test_cuda_backend_compiles_fullgraph_gpu(recipe):
     x = sample(256, 384, BF16, seed=37).cuda()
     f = torch.compile(lambda t: tileflip.quantize(t, recipe, columnwise=True, backend="cuda"), fullgraph=True)
     assert_same_results(f(x), quantize_ref(x.cpu(), recipe, columnwise=True))
 
 
-def test_cuda_backend_refuses_cpu_tensors_and_other_recipes():
+def test_cuda_backend_refuses_cpu_tensors_of_every_recipe():
+    """Every recipe is the kernel's: on the CPU each is refused for the tensor, not the recipe."""
+    from tileflip.kernels.cuda import quantize as cuda_kernel
+
     x = sample(128, 256, BF16, seed=34)
-    with pytest.raises(ValueError, match="backend='cuda' cannot take this call: it needs a CUDA tensor"):
-        tileflip.quantize(x, "fp8_1x128", backend="cuda")
-    with pytest.raises(ValueError, match="it runs the recipes fp8_1x128 and fp8_128x128 only"):
-        tileflip.quantize(x, "mxfp8", backend="cuda")
+    for recipe in RECIPES:
+        with pytest.raises(ValueError, match="backend='cuda' cannot take this call: it needs a CUDA tensor"):
+            tileflip.quantize(x, recipe, rowwise=True, columnwise=True, backend="cuda")
+    assert cuda_kernel.refusal(x, "fp8_2x2") == "it runs the recipes fp8_1x128, fp8_128x128, mxfp8, nvfp4 only"
     with pytest.raises(ValueError, match="column count must be a multiple of 128"):  # the recipe's sizes first
         tileflip.quantize(x[:, :200], "fp8_1x128", backend="cuda")
 
@@ -1098,7 +1403,7 @@ def test_auto_runs_the_cuda_kernel_where_the_table_names_it_gpu(monkeypatch):
         real = module.launch
         monkeypatch.setattr(module, "launch", lambda *a, _n=name, _r=real: ran.append(_n) or _r(*a))
     x = sample(256, 384, BF16, seed=35).cuda()
-    for recipe in FP8_RECIPES:
+    for recipe in RECIPES:
         for side, (rowwise, columnwise) in SIDES.items():
             for view, fits in ((x, True), (x[:, 8:264], True), (x[:, 1:257], False)):
                 ran.clear()

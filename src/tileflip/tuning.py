@@ -149,13 +149,25 @@ QUANTIZE_TILES = {
 SQUARE_TILE = (128, 128, 4)
 
 
-# The fp8 recipes' outputs that auto gives the CUDA C++ quantizer (tileflip.kernels.cuda.quantize) where it
-# can take the call; the rest run the Triton kernel. Fractions of copy, Triton -> CUDA C++, bf16 8192 x 28672
-# and 16384 x 16384 (H200, tileflip bench --suite quantize): fp8_1x128 both 0.52 -> 0.90, column-wise
-# 0.92-0.94 -> 0.94-0.95; fp8_128x128 column-wise 0.92 -> 0.95, both 0.91, row-wise 1.01-1.02 -> 1.02.
-# fp8_1x128 row-wise stays with Triton: 1.02-1.03 against 0.95-0.96 (a device script's timing).
+# The outputs that auto gives the CUDA C++ quantizer (tileflip.kernels.cuda.quantize) where it can take the
+# call; the rest run the Triton kernel. Fractions of copy, Triton -> CUDA C++, bf16 8192 x 28672 and
+# 16384 x 16384 (H200; tileflip bench --suite quantize and device scripts): fp8_1x128 both 0.52 -> 0.91,
+# column-wise 0.92 -> 0.94; fp8_128x128 both 0.90 -> 0.91, column-wise 0.92 -> 0.95; mxfp8 both 0.71-0.74
+# -> 0.84-0.86 (blocked scales 0.66 -> 0.91), column-wise 0.81 -> 0.89; nvfp4 both 0.27 -> 0.40, row-wise
+# 0.50 -> 0.65, column-wise 0.35 -> 0.62. Row-wise fp8_1x128 and mxfp8 stay with Triton: 1.01 against
+# 1.01, 0.99 against 0.96-0.97.
 QUANTIZE_CUDA = frozenset({("fp8_1x128", "both"), ("fp8_1x128", "columnwise"), ("fp8_128x128", "both"),
-                           ("fp8_128x128", "columnwise"), ("fp8_128x128", "rowwise")})
+                           ("fp8_128x128", "columnwise"), ("fp8_128x128", "rowwise"), ("mxfp8", "both"),
+                           ("mxfp8", "columnwise"), ("nvfp4", "both"), ("nvfp4", "rowwise"),
+                           ("nvfp4", "columnwise")})  # fmt: skip
+
+
+# The recipes whose plain scales the CUDA C++ quantizer writes in the blocked layout, for a permute of
+# 4-byte words to put in place: a tile owns only 4 bytes of each mxfp8 scale row and column, and such
+# partial-sector writes took mxfp8 both from 0.895 (the same bytes to blocked addresses) to 0.76 of copy
+# (bf16 8192 x 28672, H200); this route 0.82-0.84. nvfp4's 8-byte rows cost nothing measurable, and the
+# route took it from 0.39 to 0.37.
+QUANTIZE_PLAIN_VIA_BLOCKED = frozenset({"mxfp8"})
 
 
 def quantize_prefers_cuda(recipe: str, rowwise: bool, columnwise: bool) -> bool:

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from tileflip.bench.cases import PEERS, TILEFLIP_BACKENDS
+from tileflip.bench.quantize import case_name
 from tileflip.bench.records import load_results
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -70,7 +71,7 @@ def _shape(key) -> str:
 def _row_key(r: dict, kind: str) -> tuple:
     shape = tuple(r["shape"]) if not r.get("perm") else (tuple(r["shape"]), tuple(r["perm"]))
     if kind == "quantize":
-        return (shape, r["recipe"], r["outputs"])
+        return (shape, case_name(r), r["outputs"])
     if kind == "distributed":
         return (shape, r["dtype"], r["op"])
     return (shape, r["dtype"])

@@ -1,12 +1,13 @@
 """Benchmark of ``tileflip.quantize`` against its peers and a same-run copy.
 
-For each shape (bf16) and recipe, three output sets: row-wise only, column-wise only, and both. Bytes
-moved are the minimum any implementation must move: x read once, each output and its scales written
-once (plain scale layouts; nvfp4 with its global scale given). The copy moves the same total, half
+For each shape (bf16) and recipe, three output sets: row-wise only, column-wise only, and both; mxfp8 and
+nvfp4 in both scale layouts, plain and blocked (what the block-scaled GEMMs read). Bytes moved are the
+minimum any implementation must move: x read once, each output and its (unpadded) scales written once
+(nvfp4 with its global scale given). The copy moves the same total, half
 read and half written, and is timed first in every round. Peers: torchao's blockwise fp8 Triton
 kernels for the fp8 recipes (for both outputs, its two kernels back to back), and torch.compile of
 tileflip's plain-torch reference for every recipe (both outputs in one compiled function). Records
-use the suites' long form with ``op="quantize"``, ``recipe`` and ``outputs``; each carries ``exact``
+use the suites' long form with ``op="quantize"``, ``recipe``, ``scale_layout`` and ``outputs``; each carries ``exact``
 (tileflip's kernel: every output bit-equal to the plain-torch reference on the same device).
 """
 
@@ -40,12 +41,18 @@ def min_bytes(recipe: str, M: int, K: int, in_size: int, rowwise: bool, columnwi
     return total
 
 
-def _options(recipe: str, x) -> dict:
+def layouts(recipe: str) -> tuple[str, ...]:
+    """The scale layouts a recipe is timed in."""
+    return ("plain", "blocked") if scales.RECIPES[recipe].blocked else ("plain",)
+
+
+def _options(recipe: str, x, layout: str = "plain") -> dict:
     import torch
 
+    options = {"scale_layout": layout} if layout != "plain" else {}
     if recipe == "nvfp4":
-        return {"global_scale": torch.div(x.abs().amax().float(), torch.full((), 2688.0, device=x.device))}
-    return {}
+        options["global_scale"] = torch.div(x.abs().amax().float(), torch.full((), 2688.0, device=x.device))
+    return options
 
 
 def _same(got, want) -> bool:
@@ -71,12 +78,13 @@ def _functions(x, recipe: str, outputs: str, options: dict, compiled: dict) -> d
     rowwise, columnwise = OUTPUTS[outputs]
     fns = {"tileflip": lambda: tileflip.quantize(x, recipe, rowwise=rowwise, columnwise=columnwise, **options)}
     mode, given = q.global_mode(options.get("global_scale", "auto" if recipe != "nvfp4" else None))
-    key = (recipe, outputs)
+    blocked = options.get("scale_layout") == "blocked"
+    key = (recipe, outputs, blocked)
     if key not in compiled:
         # Static shapes: with dynamic=True the compiled reference ran at 2-16% of copy, against 22-73% static
         # (bf16 8192 x 28672, H200). Every case compiles its own graphs, hence the raised recompile limit.
         compiled[key] = torch.compile(functools.partial(q._torch_backend, recipe=recipe, rowwise=rowwise,
-                                                        columnwise=columnwise, ue8m0=False, blocked=False,
+                                                        columnwise=columnwise, ue8m0=False, blocked=blocked,
                                                         mode=mode, rule="floor"), dynamic=False)  # fmt: skip
     fns["torch-compile"] = functools.partial(compiled[key], x, given=given)
     if recipe in TORCHAO:
@@ -104,8 +112,8 @@ def measure(shapes=SHAPES, recipes=RECIPES, rounds: int = 3, quick: bool = False
         M, K = shape
         gen = torch.Generator(device="cuda").manual_seed(0)
         x = (torch.randn(shape, device="cuda", generator=gen) * 64).to(torch.bfloat16)
-        for recipe in recipes:
-            options = _options(recipe, x)
+        for recipe, layout in ((r, lay) for r in recipes for lay in layouts(r)):
+            options = _options(recipe, x, layout)
             for outputs, (rowwise, columnwise) in OUTPUTS.items():
                 nbytes = min_bytes(recipe, M, K, 2, rowwise, columnwise)
                 src = torch.empty(nbytes // 2, dtype=torch.uint8, device="cuda")
@@ -116,8 +124,8 @@ def measure(shapes=SHAPES, recipes=RECIPES, rounds: int = 3, quick: bool = False
                 want = tileflip.quantize(x, recipe, rowwise=rowwise, columnwise=columnwise, backend="torch", **options)
                 exact = _same(fns["tileflip"](), want)
                 del want
-                base = dict(meta, op="quantize", recipe=recipe, outputs=outputs, shape=list(shape), dtype="bfloat16",
-                            bytes=nbytes, run=meta["time"])  # fmt: skip
+                base = dict(meta, op="quantize", recipe=recipe, scale_layout=layout, outputs=outputs, shape=list(shape),
+                            dtype="bfloat16", bytes=nbytes, run=meta["time"])  # fmt: skip
                 for r in range(rounds):
                     copy_ms, c20, c80 = time_ms(functools.partial(dst.copy_, src), quick)
                     copy_gbps = nbytes / copy_ms / 1e6
@@ -130,18 +138,25 @@ def measure(shapes=SHAPES, recipes=RECIPES, rounds: int = 3, quick: bool = False
                         records.append(dict(row, backend=b, ms=ms, ms_p20=p20, ms_p80=p80, gbps=gbps,
                                             fraction_of_copy=gbps / copy_gbps,
                                             **({"exact": exact} if b == "tileflip" else {})))  # fmt: skip
-                log(f"{'x'.join(map(str, shape))} {recipe} {outputs}: " + _summary(records, base) + f"; exact {exact}")
+                name = f"{'x'.join(map(str, shape))} {case_name(base)} {outputs}"
+                log(f"{name}: " + _summary(records, base) + f"; exact {exact}")
                 del src, dst, fns
             torch.cuda.empty_cache()
     return records
 
 
+def case_name(r: dict) -> str:
+    """A record's recipe, with its scale layout where that is not plain."""
+    layout = r.get("scale_layout", "plain")
+    return r["recipe"] if layout == "plain" else f"{r['recipe']} {layout}"
+
+
 def medians(records: list[dict]) -> dict:
-    """{(shape, recipe, outputs, backend): (median ms, median fraction of copy)} over rounds."""
+    """{(shape, case name, outputs, backend): (median ms, median fraction of copy)} over rounds."""
     groups: dict = {}
     for r in records:
         if "ms" in r:
-            groups.setdefault((tuple(r["shape"]), r["recipe"], r["outputs"], r["backend"]), []).append(r)
+            groups.setdefault((tuple(r["shape"]), case_name(r), r["outputs"], r["backend"]), []).append(r)
     out = {}
     for key, rows in groups.items():
         ms = sorted(r["ms"] for r in rows)
@@ -151,7 +166,7 @@ def medians(records: list[dict]) -> dict:
 
 
 def _summary(records, base) -> str:
-    med = medians([r for r in records if r["recipe"] == base["recipe"] and r["outputs"] == base["outputs"]
+    med = medians([r for r in records if case_name(r) == case_name(base) and r["outputs"] == base["outputs"]
                    and r["shape"] == base["shape"]])  # fmt: skip
     return ", ".join(f"{k[3]} {v[1]:.1%}" for k, v in med.items() if k[3] != "copy")
 
@@ -159,12 +174,13 @@ def _summary(records, base) -> str:
 def table(records: list[dict]) -> str:
     med = medians(records)
     backends = sorted({k[3] for k in med} - {"copy"}, key=lambda b: (b != "tileflip", b))
-    head = f"{'shape':>12} {'recipe':<12} {'outputs':<11}" + "".join(f"{b:>15}" for b in backends)
+    head = f"{'shape':>12} {'recipe':<20} {'outputs':<11}" + "".join(f"{b:>15}" for b in backends)
     lines = [head, "-" * len(head)]
-    for shape, recipe, outputs in sorted({k[:3] for k in med}, key=lambda k: (k[0], RECIPES.index(k[1]), k[2])):
+    order = sorted({k[:3] for k in med}, key=lambda k: (k[0], RECIPES.index(k[1].split()[0]), k[1], k[2]))
+    for shape, recipe, outputs in order:
         cells = [f"{med[(shape, recipe, outputs, b)][1]:.1%}" if (shape, recipe, outputs, b) in med else "-"
                  for b in backends]  # fmt: skip
-        lines.append(f"{'x'.join(map(str, shape)):>12} {recipe:<12} {outputs:<11}" + "".join(f"{c:>15}" for c in cells))
+        lines.append(f"{'x'.join(map(str, shape)):>12} {recipe:<20} {outputs:<11}" + "".join(f"{c:>15}" for c in cells))
     lines.append("each cell: fraction of the same-run copy's bandwidth, over the minimum bytes (x read once, "
                  "outputs and scales written once); medians over rounds")  # fmt: skip
     return "\n".join(lines)

@@ -3,8 +3,8 @@ in the layouts the scaled GEMMs read. Recipes ``fp8_1x128`` and ``fp8_128x128`` 
 fp8), ``mxfp8`` (1 x 32, e8m0 scales) and ``nvfp4`` (1 x 16, e4m3 scales, optional global scale).
 
 Backends: ``"triton"``, one kernel that reads x once for both layouts
-(``tileflip.kernels.triton.quantize``); ``"cuda"``, the CUDA C++ kernel of the fp8 recipes
-(``tileflip.kernels.cuda.quantize``), also one read; and ``"torch"``, the plain-torch reference
+(``tileflip.kernels.triton.quantize``); ``"cuda"``, the CUDA C++ kernel (``tileflip.kernels.cuda.quantize``),
+also one read, for x of whole 128 x 128 tiles; and ``"torch"``, the plain-torch reference
 (``tileflip.ops.quantize_reference``), which reads x once per output. All give the same bits.
 ``"auto"`` runs a kernel wherever one can run: CUDA tensors (the CUDA C++ one where the tuning table
 names it and it takes the call), and CPU tensors under Triton's interpreter. Not differentiable: an x
@@ -15,14 +15,15 @@ Rules and layouts: ``docs/design.md`` (Block-scaled quantization).
 
 from __future__ import annotations
 
-from functools import partial
+from functools import lru_cache, partial
 from typing import NamedTuple
 
 import torch
 
+from tileflip import plan as planner
 from tileflip import tuning
 from tileflip.ops import quantize_reference as ref
-from tileflip.ops.backends import NVRTC_MISSING, kernels, nvrtc_available, on_device_of
+from tileflip.ops.backends import NVRTC_MISSING, kernels, launch_permute, nvrtc_available, on_device_of
 from tileflip.ops.checks import check_float_matrix, check_scalar_tensor
 from tileflip.plan import scales
 
@@ -76,9 +77,9 @@ def quantize(
     ``to_blocked``); ``global_scale`` (nvfp4) ``"auto"`` (max|x| / 2688, from an extra pass over x), a
     0-d fp32 tensor on x's device, or None (single-level scaling); ``rule`` (mxfp8) ``"floor"`` (the
     default, OCP MX v1.0) or ``"rceil"`` (the smallest power of two >= amax / 448). ``backend``:
-    ``"triton"`` (one read of x; on the CPU only under TRITON_INTERPRET=1), ``"cuda"`` (one read of x; the
-    fp8 recipes on a CUDA x of 128 x 128 tiles with contiguous, 16-byte aligned rows, and the [cuda]
-    extra), ``"torch"`` (the plain-torch reference), or ``"auto"``: a kernel where one can run, else the
+    ``"triton"`` (one read of x; on the CPU only under TRITON_INTERPRET=1), ``"cuda"`` (one read of x; a CUDA
+    x of 128 x 128 tiles with contiguous, 16-byte aligned rows, a GPU of compute capability 8.9 or later,
+    and the [cuda] extra), ``"torch"`` (the plain-torch reference), or ``"auto"``: a kernel where one can run, else the
     reference; the bits are the same.
 
     Returns ``Quantized(data, scale, data_t, scale_t, global_scale)``, new tensors; None for an output
@@ -255,12 +256,39 @@ def _kernel_backend(x, recipe, lay: scales.Layouts, ue8m0, blocked, mode, given,
     if x.numel():
         rowwise, columnwise = lay.data is not None, lay.data_t is not None
         tile = (128, 128, 8) if cuda else tuning.quantize_tile(spec.block, spec.square, rowwise, columnwise)
-        plan = scales.quantize_launch(recipe, M, K, *x.stride(), rowwise, columnwise, blocked, ue8m0, rule, tile)
+        unblock = cuda and spec.blocked and not blocked and recipe in tuning.QUANTIZE_PLAIN_VIA_BLOCKED
+        plan = scales.quantize_launch(recipe, M, K, *x.stride(), rowwise, columnwise, blocked or unblock, ue8m0,
+                                      rule, tile)  # fmt: skip
         if cuda:
-            on_device_of(x, cuda_kernel().launch, x, *outs, plan)
+            launched = list(outs)
+            if unblock:  # plain scales: the kernel writes them blocked, a permute puts them in place
+                for i in (1, 3):
+                    if outs[i] is not None:
+                        launched[i] = torch.empty(scales.blocked_shape(*outs[i].shape), dtype=torch.uint8,
+                                                  device=x.device).view(outs[i].dtype)  # fmt: skip
+            on_device_of(x, cuda_kernel().launch, x, *launched, global_scale, plan)
+            if unblock:
+                for i in (1, 3):
+                    if outs[i] is not None:
+                        on_device_of(x, _blocked_to_plain, launched[i], outs[i])
         else:
             on_device_of(x, _kernels().launch, x, *outs, global_scale, plan)
     return Quantized(*outs, global_scale)
+
+
+def _blocked_to_plain(blocked: torch.Tensor, plain: torch.Tensor) -> None:
+    """The (R, C) byte scales, R a multiple of 128 and C of 4 (no padding), from the blocked layout into
+    the row-major ``plain``: as 4-byte words the blocked tiles are (R/128, C/4, 32, 4), word (t, u, a, b)
+    holding row 128t + 32b + a, words 4u .. 4u + 3; the plain words are (R/128, 4, 32, C/4)."""
+    R, C = plain.shape
+    words = blocked.view(torch.uint8).view(torch.int32).view(R // 128, C // 4, 32, 4)
+    out = plain.view(torch.uint8).view(torch.int32).view(R // 128, 4, 32, C // 4)
+    launch_permute(words, out, _unblock_plan(tuple(words.shape)))
+
+
+@lru_cache(maxsize=64)
+def _unblock_plan(shape: tuple):
+    return planner.plan_permute(shape, (shape[1] * 128, 128, 4, 1), (0, 3, 2, 1), 4)
 
 
 def _place(value: torch.Tensor, layout: scales.Layout) -> torch.Tensor:
