@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 import shutil
 import struct
 import subprocess
@@ -152,9 +153,16 @@ def test_nvrtc_compiles_the_quantizer():
 
 
 def test_quantizer_arguments_match_the_kernels_signature():
-    # (x, data, scale, data_t, scale_t, gs) pointers, then M, K, ld (int64), then ue8m0 and blocked (int)
-    names = [name for name, _ in cuda_quantize._Args._fields_]
-    assert names == ["x", "data", "scale", "data_t", "scale_t", "gs", "M", "K", "ld", "ue8m0", "blocked"]
+    """The launcher's argument block against the parameter list the .cu file's kernels are declared with:
+    the same names in the same order, pointers and int64 as 8-byte fields, ints as 4-byte ones."""
+    source = cuda_quantize.CU_FILE.read_text()
+    declared = re.search(r"void BOUNDS NAME\((.*?)\) \{", source.replace("\\\n", " "), re.S)
+    assert declared is not None
+    params = [p.split() for p in " ".join(declared.group(1).split()).split(",")]
+    kinds = {"tf_u8*": ctypes.c_uint64, "float*": ctypes.c_uint64, "tf_i64": ctypes.c_int64, "int": ctypes.c_int32}
+    expected = [(words[-1], kinds[words[-2]]) for words in params]
+    assert [name for name, _ in cuda_quantize._Args._fields_] == [name for name, _ in expected]
+    assert [t for _, t in cuda_quantize._Args._fields_] == [t for _, t in expected]
     args = cuda_quantize._Args
     assert [args.ue8m0.offset, args.blocked.offset, ctypes.sizeof(args)] == [6 * 8 + 3 * 8, 6 * 8 + 3 * 8 + 4, 80]
 

@@ -955,6 +955,19 @@ def test_cuda_kernel_matches_the_reference_gpu(recipe, index, side, dtype):
         assert_same_results(got, quantize_ref(x, recipe, rowwise=rowwise, columnwise=columnwise, **options))
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("value", [0.0, -0.0, -0.5, float("inf"), float("-inf"), float("nan"), 1e-40, 1e-38, 3e30])
+def test_cuda_nvfp4_unusual_global_scales_gpu(value):
+    """Global scales that make the multipliers 0, infinite, negative or NaN, or the block scales NaN: the
+    CUDA kernel's per-block table of 1 / s and its choice of e2m1 conversion give the reference's bits."""
+    x = special_blocks(BF16)
+    gs = torch.tensor(value)
+    for rowwise, columnwise in SIDES.values():
+        got = tileflip.quantize(x.cuda(), "nvfp4", rowwise=rowwise, columnwise=columnwise, global_scale=gs.cuda(),
+                                backend="cuda")  # fmt: skip
+        assert_same_results(got, quantize_ref(x, "nvfp4", rowwise=rowwise, columnwise=columnwise, global_scale=gs))
+
+
 # The kernel's thread mapping, modelled in numpy: what quantize.cu's index arithmetic does, checked
 # here without a GPU (256 threads: warp w, half h, lane v of the half; rows 16w + 8h + i, columns 8v + k).
 
@@ -1340,8 +1353,8 @@ def test_plain_scales_from_the_blocked_layout(rows, cols):
 
 def test_cuda_e2m1_short_conversion_model():
     """The kernel's e2m1 conversion for products that are not NaN, as numpy float32 arithmetic (one
-    rounding add, as ``__fadd_rn``), against the reference's codes: random fp32 patterns, every pattern
-    step through 0.125 .. 7 in both signs, the grid's midpoints and their neighbours."""
+    rounding add, as ``__fadd_rn``), against the reference's codes: random fp32 patterns, every 29th
+    pattern from 0.125 to 7, the grid's midpoints and their neighbours, each in both signs."""
     from tileflip.kernels.cuda import quantize as cuda_kernel
 
     source = cuda_kernel.CU_FILE.read_text()

@@ -106,8 +106,9 @@ __device__ __forceinline__ tf_u32 e2m1_not_nan(float y) {
     return ((sum + 2 * jb + 2) & 7u) | ((__float_as_uint(y) >> 28) & 8u);
 }
 
-// Eight e2m1 codes of x times the multiplier m, as nibbles (value k in bits 4k): where m is finite, no
-// product is NaN (x finite or infinite, m not) and the shorter conversion applies.
+// Eight e2m1 codes of x times the multiplier m, as nibbles (value k in bits 4k). block_scale makes m NaN
+// for a group holding a NaN, and m is 0 only with an infinite global scale, where an infinite x makes the
+// group's scale NaN too; so where m is finite no product is NaN and the shorter conversion applies.
 __device__ __forceinline__ tf_u32 e2m1x8(const Vec8& v, float m) {
     tf_u32 out = 0;
     if (fabsf(m) <= 3.402823466e38f) {
@@ -469,8 +470,9 @@ __device__ __forceinline__ void quantize_block(const tf_u8* __restrict__ x, tf_u
 }  // namespace tileflip_quantize
 
 // One kernel a (recipe, outputs, input dtype): tileflip.kernels.cuda.quantize names them. BOUNDS: with both
-// outputs of bf16 input, three blocks an SM (80 registers) were 1-2 points faster; fp32 input lost 5 points
-// that way, fp16 input spills, and a bound of two blocks on one-output kernels cost them up to 8 points.
+// outputs of bf16 input, three blocks an SM (80 registers; nvfp4 and fp8_1x128 spill 24 and 8 bytes) were
+// 1-2 points faster; fp32 input lost 5 points that way, fp16 input spills more, and a bound of two blocks
+// on one-output kernels cost them up to 8 points.
 #define TILEFLIP_QUANTIZE(NAME, IN, ROW, COL, R, BOUNDS)                                                    \
     extern "C" __global__ void BOUNDS NAME(const tf_u8* x, tf_u8* data, tf_u8* scale, tf_u8* data_t,          \
                                            tf_u8* scale_t, const float* gs, tf_i64 M, tf_i64 K, tf_i64 ld,   \

@@ -1,7 +1,7 @@
 """Launcher of the CUDA C++ block-scaled quantizer in ``quantize.cu`` (compiled by NVRTC on first use): every
 recipe, one block per 128 x 128 tile of x.
 
-``refusal(x, plan)`` says why a launch cannot run here (None where it can); ``launch`` is called once every
+``refusal(x, recipe)`` says why a launch cannot run here (None where it can); ``launch`` is called once every
 argument check is done, with the outputs allocated in their layouts.
 """
 
