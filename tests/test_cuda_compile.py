@@ -167,6 +167,29 @@ def test_quantizer_arguments_match_the_kernels_signature():
     assert [args.ue8m0.offset, args.blocked.offset, ctypes.sizeof(args)] == [6 * 8 + 3 * 8, 6 * 8 + 3 * 8 + 4, 80]
 
 
+def test_thread_args_are_a_block_per_thread_with_pointers_to_its_fields():
+    """The argument block the CUDA launchers share: each thread gets its own Structure, and the pointer
+    array the launch passes holds the address of each field, in the declared order."""
+    import threading
+
+    from tileflip.kernels.cuda import nvrtc
+
+    args = nvrtc.ThreadArgs(cuda_quantize._Args)
+
+    def layout():
+        base = ctypes.addressof(args.block)
+        fields = cuda_quantize._Args._fields_
+        assert list(args.pointers) == [base + getattr(cuda_quantize._Args, name).offset for name, _ in fields]
+        assert args.address == ctypes.addressof(args.pointers)
+        return base
+
+    seen = [layout()]
+    worker = threading.Thread(target=lambda: seen.append(layout()))
+    worker.start()
+    worker.join()
+    assert len(seen) == 2 and seen[0] != seen[1]
+
+
 # each .cu file and the check of its cubin
 CU_FILES = {"transpose.cu": (cuda_transpose.CU_FILE, check_cubin),
             "permute_realign.cu": (cuda_permute.CU_FILE, check_realign_cubin),

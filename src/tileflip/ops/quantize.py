@@ -260,17 +260,13 @@ def _kernel_backend(x, recipe, lay: scales.Layouts, ue8m0, blocked, mode, given,
         plan = scales.quantize_launch(recipe, M, K, *x.stride(), rowwise, columnwise, blocked or unblock, ue8m0,
                                       rule, tile)  # fmt: skip
         if cuda:
-            launched = list(outs)
-            if unblock:  # plain scales: the kernel writes them blocked, a permute puts them in place
-                for i in (1, 3):
-                    if outs[i] is not None:
-                        launched[i] = torch.empty(scales.blocked_shape(*outs[i].shape), dtype=torch.uint8,
-                                                  device=x.device).view(outs[i].dtype)  # fmt: skip
+            # plain scales: the kernel writes them blocked into temporaries, a permute puts them in place
+            blocked_of = {i: torch.empty(scales.blocked_shape(*outs[i].shape), dtype=torch.uint8, device=x.device)
+                          for i in (1, 3) if unblock and outs[i] is not None}  # fmt: skip
+            launched = [blocked_of[i].view(out.dtype) if i in blocked_of else out for i, out in enumerate(outs)]
             on_device_of(x, cuda_kernel().launch, x, *launched, global_scale, plan)
-            if unblock:
-                for i in (1, 3):
-                    if outs[i] is not None:
-                        on_device_of(x, _blocked_to_plain, launched[i], outs[i])
+            for i, temporary in blocked_of.items():
+                on_device_of(x, _blocked_to_plain, temporary, outs[i])
         else:
             on_device_of(x, _kernels().launch, x, *outs, global_scale, plan)
     return Quantized(*outs, global_scale)

@@ -8,13 +8,18 @@ imports without it; the ``tileflip[cuda]`` extra installs it together with the N
   covering everything that changes the binary, so other processes skip NVRTC entirely.
 * ``get_kernel(path, name, device, arch)`` loads a cubin with ``cuLibraryLoadData``, whose libraries are
   not tied to a CUDA context, and returns the kernel handle; handles are cached per process.
-* ``launch(kernel, grid, block, stream, params)`` calls ``cuLaunchKernel`` with laid-out parameters.
+* ``kernel_on(handles, path, name, device)`` is a launch's first step: this thread's context made ready
+  and the handle, cached in the caller's dict.
+* ``launch(kernel, grid, block, stream, params)`` calls ``cuLaunchKernel`` with laid-out parameters, such
+  as a ``ThreadArgs`` block's.
 
 Every failing CUDA or NVRTC call raises ``CudaError`` naming the call and the error.
 """
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import hashlib
 import os
 import tempfile
@@ -249,6 +254,38 @@ def get_kernel(path, name: str, device: int, arch: int):
             # cuLaunchKernel takes a CUkernel cast to CUfunction; casting once here keeps it off the hot path.
             _kernels[key] = driver.CUfunction(int(handle))
         return _kernels[key]
+
+
+@functools.cache
+def device_arch(device: int) -> int:
+    """The compute capability of ``device`` as one number (90 for 9.0): the ``sm_<arch>`` to compile for."""
+    import torch
+
+    major, minor = torch.cuda.get_device_capability(device)
+    return 10 * major + minor
+
+
+def kernel_on(handles: dict, path, name: str, device: int):
+    """The handle of kernel ``name`` of ``path`` on ``device``, with this thread's context made ready for a
+    launch there (``context_ready``); ``handles`` is the caller's cache, keyed by (name, device)."""
+    context_ready(device)
+    kernel = handles.get((name, device))
+    if kernel is None:
+        kernel = handles[name, device] = get_kernel(path, name, device, device_arch(device))
+    return kernel
+
+
+class ThreadArgs(threading.local):
+    """A kernel's argument block, the ctypes Structure ``struct`` laid out as its C signature, one per
+    thread (the driver copies the values during cuLaunchKernel, which releases the GIL), with the array
+    of pointers to its fields that the launch reads: ``block`` to fill, ``address`` to pass."""
+
+    def __init__(self, struct):
+        self.block = struct()
+        base = ctypes.addressof(self.block)
+        fields = struct._fields_
+        self.pointers = (ctypes.c_void_p * len(fields))(*(base + getattr(struct, name).offset for name, _ in fields))
+        self.address = ctypes.addressof(self.pointers)
 
 
 def launch(kernel, grid: tuple, block: tuple, stream: int, params: int) -> None:

@@ -16,7 +16,6 @@ from pathlib import Path
 import torch
 
 from tileflip.kernels.cuda import nvrtc
-from tileflip.kernels.cuda.transpose import _arch
 from tileflip.kernels.triton.launch import current_stream
 from tileflip.plan.launch import product, realign_aligned, realign_grid
 from tileflip.plan.permute import contiguous_strides
@@ -91,11 +90,7 @@ _handles: dict = {}
 
 
 def kernel_on(device: int, aligned: bool):
-    nvrtc.context_ready(device)
-    kernel = _handles.get((device, aligned))
-    if kernel is None:
-        kernel = _handles[device, aligned] = nvrtc.get_kernel(CU_FILE, KERNELS[aligned], device, _arch(device))
-    return kernel
+    return nvrtc.kernel_on(_handles, CU_FILE, KERNELS[aligned], device)
 
 
 def launch(x: torch.Tensor, out: torch.Tensor, plan, go) -> None:

@@ -8,13 +8,11 @@ argument check is done, with the outputs allocated in their layouts.
 from __future__ import annotations
 
 import ctypes
-import threading
 from pathlib import Path
 
 import torch
 
 from tileflip.kernels.cuda import nvrtc
-from tileflip.kernels.cuda.transpose import _arch
 from tileflip.kernels.triton.fp8 import has_hw_cvt
 from tileflip.kernels.triton.launch import current_stream
 from tileflip.plan import scales
@@ -80,20 +78,7 @@ class _Args(ctypes.Structure):
                 ("blocked", ctypes.c_int32)]  # fmt: skip
 
 
-class _ThreadArgs(threading.local):
-    """One argument block per thread (the driver copies the values during cuLaunchKernel, which releases
-    the GIL) and the array of pointers to its fields that the launch reads."""
-
-    def __init__(self):
-        self.args = _Args()
-        base = ctypes.addressof(self.args)
-        self.pointers = (ctypes.c_void_p * len(_Args._fields_))(
-            *(base + getattr(_Args, name).offset for name, _ in _Args._fields_)
-        )
-        self.address = ctypes.addressof(self.pointers)
-
-
-_args = _ThreadArgs()
+_args = nvrtc.ThreadArgs(_Args)
 _handles: dict = {}
 
 
@@ -101,13 +86,10 @@ def launch(x, data, scale, data_t, scale_t, global_scale, plan: QuantizeLaunch) 
     """Quantize x (``refusal`` gave None) by ``plan`` into the given outputs, None where not asked for;
     ``global_scale`` is nvfp4's 0-d fp32 tensor on x's device, or None."""
     device = x.get_device()
-    nvrtc.context_ready(device)  # per thread: a thread's first launch may find no current context
     name = kernel_name(plan.rule, plan.square, plan.rowwise, plan.columnwise, x.dtype)
-    kernel = _handles.get((device, name))
-    if kernel is None:
-        kernel = _handles[device, name] = nvrtc.get_kernel(CU_FILE, name, device, _arch(device))
+    kernel = nvrtc.kernel_on(_handles, CU_FILE, name, device)
     M, K = x.shape
-    a = _args.args
+    a = _args.block
     a.x = x.data_ptr()
     a.data, a.scale = (0, 0) if data is None else (data.data_ptr(), scale.data_ptr())
     a.data_t, a.scale_t = (0, 0) if data_t is None else (data_t.data_ptr(), scale_t.data_ptr())

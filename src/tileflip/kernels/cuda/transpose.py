@@ -54,10 +54,6 @@ def compile_cubin(arch: int = 90, *, use_cache: bool = True) -> dict[str, bytes]
     return {CU_FILE.name: nvrtc.compile_cubin(CU_FILE, arch, use_cache=use_cache)}
 
 
-@functools.cache
-def _arch(device: int) -> int:
-    major, minor = torch.cuda.get_device_capability(device)
-    return 10 * major + minor
 
 
 @functools.lru_cache(maxsize=1024)
@@ -75,20 +71,7 @@ class _Params(ctypes.Structure):
                 ("sxm", ctypes.c_int64), ("sxn", ctypes.c_int64), ("grid_n", ctypes.c_int64)]  # fmt: skip
 
 
-class _ThreadParams(threading.local):
-    """One parameter block per thread, with the array of pointers to its fields that cuLaunchKernel reads
-    (the driver copies the values during the call, and the call releases the GIL: hence per thread)."""
-
-    def __init__(self):
-        self.block = _Params()
-        base = ctypes.addressof(self.block)
-        self.pointers = (ctypes.c_void_p * len(_Params._fields_))(
-            *(base + getattr(_Params, name).offset for name, _ in _Params._fields_)
-        )
-        self.address = ctypes.addressof(self.pointers)
-
-
-_params = _ThreadParams()
+_params = nvrtc.ThreadArgs(_Params)
 _handles: dict = {}  # (kernel name, device) -> kernel handle
 
 
@@ -110,12 +93,7 @@ def kernel_on(device: int, name: str):
     for a launch there (the first time on each thread and device)."""
     # A thread that never touched the CUDA runtime has no current context, and a launch on the NULL
     # stream runs in the current context.
-    nvrtc.context_ready(device)
-    key = (name, device)
-    kernel = _handles.get(key)
-    if kernel is None:
-        kernel = _handles[key] = nvrtc.get_kernel(CU_FILE, name, device, _arch(device))
-    return kernel
+    return nvrtc.kernel_on(_handles, CU_FILE, name, device)
 
 
 def launch_known(x, out, M: int, N: int, sxm: int, sxn: int, device: int, variant: str) -> None:
@@ -146,7 +124,7 @@ def direct_launch(M: int, N: int, sxm: int, sxn: int, es: int, device: int, vari
             if not nvrtc.is_ready(device):  # this thread's first launch on the device
                 launch_known(x, out, M, N, sxm, sxn, device, variant)
                 return
-            params = local.params = _ThreadParams()
+            params = local.params = nvrtc.ThreadArgs(_Params)
             block = params.block
             block.M, block.N, block.sxm, block.sxn, block.grid_n = M, N, sxm, sxn, grid_n
         block = params.block
