@@ -151,10 +151,10 @@ SQUARE_TILE = (128, 128, 4)
 
 # The outputs that auto gives the CUDA C++ quantizer (tileflip.kernels.cuda.quantize) where it can take the
 # call; the rest run the Triton kernel. Fractions of copy, Triton -> CUDA C++, bf16 8192 x 28672 and
-# 16384 x 16384 (H200; tileflip bench --suite quantize and device scripts): fp8_1x128 both 0.52 -> 0.91,
-# column-wise 0.92 -> 0.94; fp8_128x128 both 0.90 -> 0.91, column-wise 0.92 -> 0.95; mxfp8 both 0.71-0.74
-# -> 0.84-0.86 (blocked scales 0.66 -> 0.91), column-wise 0.81 -> 0.89; nvfp4 both 0.27 -> 0.40, row-wise
-# 0.50 -> 0.65, column-wise 0.35 -> 0.62. Row-wise fp8_1x128 and mxfp8 stay with Triton: 1.01 against
+# 16384 x 16384 (H200; tileflip bench --suite quantize): fp8_1x128 both 0.52 -> 0.91, column-wise 0.92 ->
+# 0.95; fp8_128x128 both 0.90 -> 0.91, column-wise 0.92 -> 0.95; mxfp8 both 0.71-0.74 -> 0.84-0.86 (blocked
+# scales 0.66 -> 0.91), column-wise 0.81 -> 0.89-0.90; nvfp4 both 0.27 -> 0.40, row-wise 0.50 -> 0.65,
+# column-wise 0.35 -> 0.62. Row-wise fp8_1x128 and mxfp8 stay with Triton: 1.01 against
 # 1.01, 0.99 against 0.96-0.97.
 QUANTIZE_CUDA = frozenset({("fp8_1x128", "both"), ("fp8_1x128", "columnwise"), ("fp8_128x128", "both"),
                            ("fp8_128x128", "columnwise"), ("fp8_128x128", "rowwise"), ("mxfp8", "both"),
