@@ -120,9 +120,10 @@ def test_nvrtc_cubin_layout(nvrtc_cubin):
 
 def check_realign_cubin(elf: bytes) -> None:
     assert cubin_arch(elf) == ARCH
-    assert global_functions(elf) == set(cuda_permute.KERNELS)
-    for name in cuda_permute.KERNELS:  # the tile: 64 output rows of (256 + 32) / 4 + 1 words
-        assert static_shared_bytes(elf, name) >= 64 * 73 * 4
+    names = {name: size for size, pair in cuda_permute.KERNELS.items() for name in pair}
+    assert global_functions(elf) == set(names) and len(names) == 4
+    for name, size in names.items():  # the tile: 64 / size output rows of size * (256 + 32) / 4 + 1 words
+        assert static_shared_bytes(elf, name) >= 64 // size * (size * 72 + 1) * 4
 
 
 def test_nvrtc_compiles_the_realigned_permute():

@@ -12,7 +12,7 @@ from helpers import assert_bits_equal, poisoned, random_bits
 import tileflip
 from tileflip import plan, tuning
 from tileflip.kernels.cuda import permute as cuda_permute
-from tileflip.plan.launch import REALIGN_TILE, realign_axes
+from tileflip.plan.launch import realign_axes, realign_tile
 from tileflip.plan.permute import contiguous_strides
 
 # (shape, dims) of int8 permutes the kernel can take: a batch of none, one and two dimensions; input rows
@@ -30,11 +30,13 @@ def _plan(shape, dims, element_size=1):
     return plan.plan_permute(tuple(shape), contiguous_strides(shape), tuple(dims), element_size)
 
 
+@pytest.mark.parametrize("element_size", [1, 2])
 @pytest.mark.parametrize("shape, dims", TAKEN)
-def test_the_kernel_can_take_rows_at_any_byte(shape, dims):
-    p = _plan(shape, dims)
-    go = tuning.realign_candidate(p, 1)
-    assert go is not None and cuda_permute.params_of(p, go) is not None
+def test_the_kernel_can_take_rows_at_any_byte(shape, dims, element_size):
+    p = _plan(shape, dims, element_size)
+    go = tuning.realign_candidate(p, element_size)
+    assert go is not None and cuda_permute.params_of(p, go, element_size) is not None
+    assert go.blocks == (256, 64 // element_size)
     sizes, strides = p.sizes, p.in_strides
     run = 1
     for d in go.a_dims:  # A: one input run from the stride-1 dimension
@@ -54,7 +56,7 @@ def test_axis_a_grows_to_a_multiple_of_16_bytes():
 @pytest.mark.parametrize(
     "shape, dims, element_size, why",
     [
-        ((3, 13, 11, 7, 42, 24), (5, 4, 2, 3, 1, 0), 2, "2-byte elements"),
+        ((3, 13, 11, 7, 42, 24), (5, 4, 2, 3, 1, 0), 4, "4-byte elements"),
         ((3, 4096, 24), (0, 1, 2), 1, "nothing to transpose"),
         ((40, 24, 4096), (1, 0, 2), 1, "the output's fastest dimension is the input's"),
     ],
@@ -83,13 +85,19 @@ def test_the_strategy_model_picks_the_larger_prediction(shape, dims, chosen, why
 def test_the_model_reads_fill_and_alignment():
     p = _plan((29, 3212, 1200), (2, 0, 1))
     go = tuning.realign_candidate(p, 1)
-    assert tuning.realign_aligned(p, go)
+    assert tuning.realign_aligned(p, go, 1)
     tiles_b, tiles_a = go.grid
-    expected = 1200 / (tiles_a * REALIGN_TILE[0]) * (29 * 3212) / (tiles_b * REALIGN_TILE[1])
+    ta, step = realign_tile(1)
+    expected = 1200 / (tiles_a * ta) * (29 * 3212) / (tiles_b * step)
     assert tuning.realign_fill(p, go) == pytest.approx(expected)
-    assert tuning.strategy_fractions(p, 1)["realign"] == pytest.approx(tuning.REALIGN_FRACTION[True] * expected)
+    assert tuning.strategy_fractions(p, 1)["realign"] == pytest.approx(tuning.REALIGN_FRACTION[1][True] * expected)
     odd = _plan((29, 3212, 1201), (2, 0, 1))
-    assert not tuning.realign_aligned(odd, tuning.realign_candidate(odd, 1))
+    assert not tuning.realign_aligned(odd, tuning.realign_candidate(odd, 1), 1)
+    # 2-byte elements: pieces on 16-byte boundaries where the strides are multiples of 8 elements
+    p2 = _plan((29, 3212, 1200), (2, 0, 1), 2)
+    assert tuning.realign_aligned(p2, tuning.realign_candidate(p2, 2), 2)
+    p2 = _plan((29, 3212, 1204), (2, 0, 1), 2)
+    assert not tuning.realign_aligned(p2, tuning.realign_candidate(p2, 2), 2)
 
 
 def _decode(i, sizes, strides):
@@ -101,13 +109,13 @@ def _decode(i, sizes, strides):
     return off
 
 
-def _emulated(p, out_address: int) -> torch.Tensor:
-    """The input offset of every output byte as the kernel's blocks write it, worked out from the
+def _emulated(p, out_address: int, E: int = 1) -> torch.Tensor:
+    """The input offset of every output element as the kernel's blocks write it, worked out from the
     launcher's parameters as its blocks do (block order, tiles, row tables, pieces from the row start's
-    misalignment); -1 where no block writes, and a byte written twice fails."""
-    params, blocks, _ = cuda_permute.params_of(p, tuning.realign_candidate(p, 1))
+    misalignment in bytes); -1 where no block writes, and an element written twice fails."""
+    params, blocks, _ = cuda_permute.params_of(p, tuning.realign_candidate(p, E), E)
     f = {name: getattr(params, name) for name, _ in cuda_permute._Params._fields_}
-    ta, step = REALIGN_TILE
+    ta, step = realign_tile(E)
     a_dec = (f["a_sizes"][: f["na"]], f["a_out"][: f["na"]])
     b_dec = (f["b_sizes"][: f["nb"]], f["b_in"][: f["nb"]])
     n_dec = f["n_sizes"][: f["nn"]]
@@ -121,7 +129,7 @@ def _emulated(p, out_address: int) -> torch.Tensor:
         out_n = _decode(n, n_dec, f["n_out"][: f["nn"]]) if n_dec else 0
         a = torch.arange(a0, min(a0 + ta, f["asz"]))
         start = out_n + _decode(a, *a_dec)
-        b = b0 - ((out_address + start) % 32)[:, None] + q[None, :]
+        b = b0 - ((out_address + E * start) % 32 // E)[:, None] + q[None, :]
         ok = (b >= 0) & (b < f["bsz"])
         o = (start[:, None] + b)[ok]
         assert bool((writes[o] == -1).all()) and o.unique().numel() == o.numel(), "a byte written twice"
@@ -129,14 +137,14 @@ def _emulated(p, out_address: int) -> torch.Tensor:
     return writes
 
 
-@pytest.mark.parametrize("out_address", [0, 13, 31])
+@pytest.mark.parametrize("E, out_address", [(1, 0), (1, 13), (1, 31), (2, 0), (2, 14), (2, 30)])
 @pytest.mark.parametrize("shape, dims", TAKEN[:1] + [((2, 2, 3, 41, 576), (0, 4, 1, 2, 3)), ((30, 121), (1, 0))])
-def test_emulated_blocks_write_every_output_byte_from_its_input_byte(shape, dims, out_address):
-    # the second case's rows are 246 bytes: short, to emulate quickly, and their last pieces lie past
+def test_emulated_blocks_write_every_output_element_from_its_input_element(shape, dims, E, out_address):
+    # the second case's rows are 246 elements: short, to emulate quickly, and their last pieces lie past
     # size_b / STEP tiles (the grid's extra tile for the rows' shift)
-    p = _plan(shape, dims)
-    assert tuning.realign_candidate(p, 1) is not None
-    writes = _emulated(p, out_address)
+    p = _plan(shape, dims, E)
+    assert tuning.realign_candidate(p, E) is not None
+    writes = _emulated(p, out_address, E)
     numel = torch.Size(shape).numel()
     expected = torch.arange(numel).view(shape).permute(dims).reshape(-1)  # output offset -> input offset
     assert torch.equal(writes, expected)
@@ -175,7 +183,10 @@ def test_plan_text_names_the_cuda_kernel():
     assert "strategy: realign (the model's predicted fractions of copy: tile 0.48, realign" in text
     text = explain.permute_text((8, 28, 23, 36, 14, 50), (3, 4, 5, 1, 2, 0), dtype="int8")
     assert "strategy: tile (" in text and "CUDA" not in text
-    assert "CUDA" not in explain.permute_text((11, 39, 29, 21, 42, 24), (5, 4, 2, 3, 1, 0), dtype="bfloat16")
+    # 2-byte elements: the same two strategies; 4-byte ones have the Triton kernel only
+    text = explain.permute_text((11, 39, 29, 21, 42, 24), (5, 4, 2, 3, 1, 0), dtype="bfloat16")
+    assert "strategy: realign (the model's predicted fractions of copy: tile 0.64, realign" in text
+    assert "CUDA" not in explain.permute_text((11, 39, 29, 21, 42, 24), (5, 4, 2, 3, 1, 0), dtype="float32")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -191,8 +202,9 @@ def _forbid(monkeypatch, module, name):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.int8, torch.bfloat16])
 @pytest.mark.parametrize("shape, dims", TAKEN)
-def test_exact_bits_through_the_cuda_kernel(shape, dims, monkeypatch):
+def test_exact_bits_through_the_cuda_kernel(shape, dims, dtype, monkeypatch):
     from tileflip.kernels.triton import permute as triton_permute
     from tileflip.kernels.triton import transpose as triton_transpose
 
@@ -202,43 +214,45 @@ def test_exact_bits_through_the_cuda_kernel(shape, dims, monkeypatch):
     monkeypatch.setattr(backends, "_realign_launch", tuning.realign_candidate)
     _forbid(monkeypatch, triton_permute, "launch")  # the call must take the CUDA kernel
     _forbid(monkeypatch, triton_transpose, "launch")
-    x = random_bits(shape, torch.int8, "cuda", seed=1)
-    out = poisoned(tuple(shape[d] for d in dims), torch.int8, "cuda")
+    x = random_bits(shape, dtype, "cuda", seed=1)
+    out = poisoned(tuple(shape[d] for d in dims), dtype, "cuda")
     tileflip.permute(x, dims, out)
     assert_bits_equal(out, x.permute(dims).contiguous())
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.int8, torch.bfloat16])
 @pytest.mark.parametrize("offset", [1, 7, 16, 29])
-def test_output_off_any_boundary(offset, monkeypatch):
+def test_output_off_any_boundary(offset, dtype, monkeypatch):
     from tileflip.kernels.triton import permute as triton_permute
 
     _forbid(monkeypatch, triton_permute, "launch")
     shape, dims = TAKEN[0]
-    x = random_bits(shape, torch.int8, "cuda", seed=2)
+    x = random_bits(shape, dtype, "cuda", seed=2)
     out_shape = tuple(shape[d] for d in dims)
-    buf = poisoned((x.numel() + 64,), torch.int8, "cuda")
+    buf = poisoned((x.numel() + 64,), dtype, "cuda")
     out = buf[offset : offset + x.numel()].view(out_shape)
-    tileflip.permute(x, dims, out)
+    tileflip.permute(x, dims, out, backend="cuda-realign")
     assert_bits_equal(out, x.permute(dims).contiguous())
-    assert_bits_equal(buf[:offset], poisoned((offset,), torch.int8, "cuda"))  # nothing written around it
+    assert_bits_equal(buf[:offset], poisoned((offset,), dtype, "cuda"))  # nothing written around it
     rest = buf[offset + x.numel() :]
-    assert_bits_equal(rest, poisoned(tuple(rest.shape), torch.int8, "cuda"))
+    assert_bits_equal(rest, poisoned(tuple(rest.shape), dtype, "cuda"))
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.int8, torch.bfloat16])
 @pytest.mark.parametrize("offset", [1, 7, 13])
 @pytest.mark.parametrize("shape, dims", [TAKEN[0], TAKEN[3], TAKEN[4]])
-def test_input_off_any_boundary(shape, dims, offset, monkeypatch):
+def test_input_off_any_boundary(shape, dims, offset, dtype, monkeypatch):
     from tileflip.kernels.triton import permute as triton_permute
     from tileflip.kernels.triton import transpose as triton_transpose
 
     _forbid(monkeypatch, triton_permute, "launch")
     _forbid(monkeypatch, triton_transpose, "launch")
     numel = torch.Size(shape).numel()
-    base = random_bits((numel + 32,), torch.int8, "cuda", seed=3)
+    base = random_bits((numel + 32,), dtype, "cuda", seed=3)
     x = base[offset : offset + numel].view(shape)
-    out = poisoned(tuple(shape[d] for d in dims), torch.int8, "cuda")
+    out = poisoned(tuple(shape[d] for d in dims), dtype, "cuda")
     tileflip.permute(x, dims, out, backend="cuda-realign")  # (auto may prefer Triton for a shape here)
     assert_bits_equal(out, x.permute(dims).contiguous())
 
@@ -276,7 +290,7 @@ def test_backend_cuda_realign_refuses_a_cpu_tensor_and_writes_nothing():
 @pytest.mark.parametrize(
     "shape, dims, dtype, reason",
     [
-        ((30, 40, 50), (2, 0, 1), torch.bfloat16, "1-byte elements"),
+        ((30, 40, 50), (2, 0, 1), torch.float32, "1- and 2-byte elements"),
         ((30, 40, 50), (1, 0, 2), torch.int8, "it transposes"),
     ],
 )  # fmt: skip
@@ -302,21 +316,24 @@ def test_backend_cuda_realign_runs_where_the_model_prefers_triton(shape, dims, m
 
 
 @pytest.mark.gpu
-def test_backend_cuda_realign_strided_and_expanded_inputs():
-    base = random_bits((7, 61, 3, 1203), torch.int8, "cuda", seed=8)
+@pytest.mark.parametrize("dtype", [torch.int8, torch.float16])
+def test_backend_cuda_realign_strided_and_expanded_inputs(dtype):
+    base = random_bits((7, 61, 3, 1203), dtype, "cuda", seed=8)
     strided = base[1:6, ::2, 1, 5:1200]  # every stride but the last odd, the start off any boundary
-    expanded = random_bits((1, 45, 1, 307), torch.int8, "cuda", seed=9).expand(6, 45, 5, 307)
+    expanded = random_bits((1, 45, 1, 307), dtype, "cuda", seed=9).expand(6, 45, 5, 307)
     for x, dims in ((strided, (2, 0, 1)), (expanded, (3, 1, 0, 2)), (expanded, (2, 3, 0, 1))):
-        out = poisoned(tuple(x.shape[d] for d in dims), torch.int8, "cuda")
+        out = poisoned(tuple(x.shape[d] for d in dims), dtype, "cuda")
         tileflip.permute(x, dims, out, backend="cuda-realign")
         assert_bits_equal(out, x.permute(dims).contiguous())
 
 
 @pytest.mark.gpu
-def test_backend_cuda_realign_offsets_past_2_to_the_31():
-    shape, dims = (2, 1031, 1_048_583), (0, 2, 1)  # 2.16e9 bytes: offsets past 2**31 on both sides
+@pytest.mark.parametrize("dtype", [torch.int8, torch.int16])
+def test_backend_cuda_realign_offsets_past_2_to_the_31(dtype):
+    # 2.16e9 bytes: byte offsets past 2**31 on both sides
+    shape, dims = (2, 1031, 1_048_583 // dtype.itemsize), (0, 2, 1)
     gen = torch.Generator("cuda").manual_seed(10)
-    x = torch.randint(-128, 128, shape, dtype=torch.int8, device="cuda", generator=gen)
-    out = torch.empty(tuple(shape[d] for d in dims), dtype=torch.int8, device="cuda").fill_(0x5A)
+    x = torch.randint(-128, 128, shape, dtype=dtype, device="cuda", generator=gen)
+    out = torch.empty(tuple(shape[d] for d in dims), dtype=dtype, device="cuda").fill_(0x5A)
     tileflip.permute(x, dims, out, backend="cuda-realign")
     assert_bits_equal(out, x.permute(dims).contiguous())

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tileflip import plan, tuning
-from tileflip.plan.launch import REALIGN_TILE, product, realign_grid
+from tileflip.plan.launch import product, realign_grid, realign_tile
 
 
 def plan_text(shape, *, block=None, dtype="float32", programs=12) -> str:
@@ -161,7 +161,8 @@ def _axis(p, dims) -> str:
 def _realign_or(p, size, lines) -> list[str]:
     """``lines`` (the Triton kernel's launch), under the strategy model's choice where the realigned-store
     CUDA kernel could take plan ``p``, or that kernel's launch in front of them where it is chosen."""
-    fractions = tuning.strategy_fractions(p, size) if size == 1 and p.kind in ("tiles", "transpose2d") else {}
+    takes = size in tuning.REALIGN_SIZES and p.kind in ("tiles", "transpose2d")
+    fractions = tuning.strategy_fractions(p, size) if takes else {}
     if "realign" not in fractions:
         return lines
     go = tuning.realign_launch(p, size)
@@ -171,8 +172,8 @@ def _realign_or(p, size, lines) -> list[str]:
     if go is None:
         return [head, *lines]
 
-    ta, step = REALIGN_TILE
-    pieces = ("on 16-byte boundaries" if tuning.realign_aligned(p, go)
+    ta, step = realign_tile(size)
+    pieces = ("on 16-byte boundaries" if tuning.realign_aligned(p, go, size)
               else "at any byte (each shifted into place with the next lane's word)")  # fmt: skip
     return [
         head,
@@ -180,7 +181,7 @@ def _realign_or(p, size, lines) -> list[str]:
         f"  A (input-fastest first, one input run): {_axis(p, go.a_dims)} = {product(p.sizes[d] for d in go.a_dims)}",
         f"  B (output-fastest first, one output run): {_axis(p, go.b_dims)} = {product(p.sizes[d] for d in go.b_dims)}",
         f"  batch (per block): {_axis(p, go.batch_dims)} = {go.batch}",
-        f"  tile {ta} (A) x {step} (B) bytes a block, 288 threads; input pieces {pieces}; each output row "
+        f"  tile {ta} (A) x {step} (B) elements a block, 288 threads; input pieces {pieces}; each output row "
         "written as aligned 16-byte pieces from a 32-byte boundary (its start is at any byte)",
         f"  grid: {realign_grid(p.sizes, go)[2]} blocks (1-D), consecutive blocks along A",
         "otherwise (backend triton, or NVRTC missing):",

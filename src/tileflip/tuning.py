@@ -17,7 +17,7 @@ from pathlib import Path
 
 from tileflip.plan import launch as geometry
 from tileflip.plan.grid import TileConfig
-from tileflip.plan.launch import REALIGN_TILE, VECTOR_BYTES, PermuteLaunch, product
+from tileflip.plan.launch import VECTOR_BYTES, PermuteLaunch, product, realign_tile
 
 TABLE_FILE = Path(__file__).with_name("data") / "tuning-h200.json"
 
@@ -237,14 +237,16 @@ SHORT_RUN_BYTES = 16
 ROWS_FLAT_MIN_BYTES = 256
 ROWS_FLAT_ELEMENTS = 1024
 ROWS_FLAT_WARPS = 4
-# The strategy model of 1-byte transposed tiles: each strategy's predicted fraction of copy, the larger
-# taken. Each figure is the median over the permute-wide suite's 1-byte cases (H200): of the Triton tile
-# kernel where it moves 16-byte vectors on both sides, or narrower ones (72 cases); of the realigned-store
-# CUDA kernel per share of its tiles filled (``realign_fill``; cases over half filled), where every input
-# piece starts on a 16-byte boundary (16 cases) or at any byte (33). Timed, auto is within 5% of the faster
-# of the two on 61 of the 71 cases the kernel can take (docs/design.md, Planner).
-TILE_FRACTION = {True: 0.95, False: 0.48}
-REALIGN_FRACTION = {True: 0.77, False: 0.74}
+# The strategy model of 1- and 2-byte transposed tiles: each strategy's predicted fraction of copy, the
+# larger taken; by element size. Each figure is the median over the permute-wide suite's cases of that
+# size (H200): of the Triton tile kernel where it moves 16-byte vectors on both sides, or narrower ones
+# (1-byte: 72 cases; 2-byte: 13 and 68); of the realigned-store CUDA kernel per share of its tiles filled
+# (``realign_fill``; cases over half filled), where every input piece starts on a 16-byte boundary
+# (1-byte: 16 cases; 2-byte: 20) or not (33; 27). Timed, auto is within 5% of the faster of the two on 61
+# of the 71 1-byte and 77 of the 81 2-byte cases the kernel can take (docs/design.md, Planner).
+TILE_FRACTION = {1: {True: 0.95, False: 0.48}, 2: {True: 0.93, False: 0.64}}
+REALIGN_FRACTION = {1: {True: 0.77, False: 0.74}, 2: {True: 0.81, False: 0.79}}
+REALIGN_SIZES = (1, 2)  # element sizes the realigned-store kernel moves
 REALIGN_WARPS = 9  # the kernel's 288 threads
 
 
@@ -371,17 +373,18 @@ def realign_candidate(p, element_size: int) -> PermuteLaunch | None:
     """The launch of plan ``p`` (kind tiles or transpose2d) on the realigned-store CUDA kernel where the
     kernel can take it, else None: 1-byte elements, axes from ``realign_axes`` (A one input run, B one
     output run), indices within 32 bits. ``blocks`` is the kernel's (B, A) tile."""
-    if element_size != 1 or p.kind not in ("tiles", "transpose2d"):
+    if element_size not in REALIGN_SIZES or p.kind not in ("tiles", "transpose2d"):
         return None
     sizes = p.sizes
-    axes = geometry.realign_axes(sizes, p.in_strides, 4 * REALIGN_TILE[0], 4 * REALIGN_TILE[1])
+    ta, step = realign_tile(element_size)
+    axes = geometry.realign_axes(sizes, p.in_strides, 4 * ta, 4 * step, VECTOR_BYTES // element_size)
     if axes is None:
         return None
     a_dims, b_dims, batch_dims = axes
     if max(product(sizes[d] for d in a_dims), product(sizes[d] for d in b_dims)) >= 2**31:
         return None
     go = PermuteLaunch(
-        (REALIGN_TILE[1], REALIGN_TILE[0]), REALIGN_WARPS, (0, 0), product(sizes[d] for d in batch_dims),
+        (step, ta), REALIGN_WARPS, (0, 0), product(sizes[d] for d in batch_dims),
         a_dims, b_dims, batch_dims, (VECTOR_BYTES, VECTOR_BYTES),
     )  # fmt: skip
     tiles_a, tiles_b, blocks = geometry.realign_grid(sizes, go)
@@ -392,12 +395,13 @@ def realign_fill(p, go) -> float:
     """The share of the realigned-store kernel's tiles that launch ``go``'s axes fill (A x B)."""
     size_a, size_b = product(p.sizes[d] for d in go.a_dims), product(p.sizes[d] for d in go.b_dims)
     tiles_b, tiles_a = go.grid
-    return size_a / (tiles_a * REALIGN_TILE[0]) * size_b / (tiles_b * REALIGN_TILE[1])
+    step, ta = go.blocks
+    return size_a / (tiles_a * ta) * size_b / (tiles_b * step)
 
 
-def realign_aligned(p, go) -> bool:
+def realign_aligned(p, go, element_size: int) -> bool:
     """Whether every input piece of launch ``go`` starts on a 16-byte boundary of the tensor's start."""
-    return geometry.realign_aligned(p.in_strides, go)
+    return geometry.realign_aligned(p.in_strides, go, element_size)
 
 
 def tile_vectors_wide(p, element_size: int) -> bool:
@@ -415,9 +419,10 @@ def strategy_fractions(p, element_size: int) -> dict:
 
 
 def _fractions(p, element_size: int, go) -> dict:
-    fractions = {"tile": TILE_FRACTION[tile_vectors_wide(p, element_size)]}
+    fractions = {"tile": TILE_FRACTION[element_size][tile_vectors_wide(p, element_size)]}
     if go is not None:
-        fractions["realign"] = REALIGN_FRACTION[realign_aligned(p, go)] * realign_fill(p, go)
+        aligned = realign_aligned(p, go, element_size)
+        fractions["realign"] = REALIGN_FRACTION[element_size][aligned] * realign_fill(p, go)
     return fractions
 
 

@@ -158,12 +158,13 @@ def realign_refusal(x, p) -> str | None:
     """Why the ``cuda-realign`` permute kernel cannot take a call (None: it can)."""
     if not x.is_cuda:
         return f"it needs a CUDA tensor, but x is on {x.device}"
-    if x.element_size() != 1:
-        return f"it moves 1-byte elements, got {x.element_size()}-byte ones"
+    es = x.element_size()
+    if es not in tuning.REALIGN_SIZES:
+        return f"it moves 1- and 2-byte elements, got {es}-byte ones"
     if not nvrtc_available():
         return NVRTC_MISSING
-    go = _realign_candidate(p, 1) if p.kind in ("tiles", "transpose2d") else None
-    if go is None or kernels("cuda.permute").params_of(p, go) is None:
+    go = _realign_candidate(p, es) if p.kind in ("tiles", "transpose2d") else None
+    if go is None or kernels("cuda.permute").params_of(p, go, es) is None:
         return ("it transposes: the output's fastest dimension must not be the input's, one input dimension must "
                 "have stride 1, and the indices must fit 32 bits")  # fmt: skip
     return None
@@ -171,15 +172,15 @@ def realign_refusal(x, p) -> str | None:
 
 def launch_permute(x, out, p, backend: str = "triton") -> None:
     """Run permute plan ``p`` on ``backend``: ``"cuda-realign"`` (checked by ``realign_refusal``) the CUDA
-    kernel that realigns 1-byte rows; ``"auto"`` that kernel where the strategy model prefers it
+    kernel that realigns 1- and 2-byte rows; ``"auto"`` that kernel where the strategy model prefers it
     (``tuning.realign_launch``) and NVRTC is there; else the 2-D transpose kernel or the Triton permute
     kernels."""
     es = x.element_size()
-    if backend == "cuda-realign" or (backend == "auto" and es == 1 and x.is_cuda):
-        go = _realign_candidate(p, 1) if backend == "cuda-realign" else _realign_launch(p, 1)
+    if backend == "cuda-realign" or (backend == "auto" and es in tuning.REALIGN_SIZES and x.is_cuda):
+        go = _realign_candidate(p, es) if backend == "cuda-realign" else _realign_launch(p, es)
         if go is not None and nvrtc_available():
             cuda_permute = kernels("cuda.permute")
-            if cuda_permute.params_of(p, go) is not None:
+            if cuda_permute.params_of(p, go, es) is not None:
                 cuda_permute.launch(x, out, p, go)
                 return
     if p.kind == "transpose2d":

@@ -20,10 +20,10 @@ def permute(x: torch.Tensor, dims, out: torch.Tensor | None = None, *, backend: 
     The planner (``tileflip.plan.plan_permute``) merges dimensions that stay adjacent and picks one of
     a few fixed-rank kernels; ``tileflip plan --shape ... --perm ...`` prints the plan.
     Backends: ``"triton"`` (the Triton kernels; on a CPU tensor only under the interpreter),
-    ``"cuda-realign"`` (the CUDA C++ kernel of ``kernels/cuda/permute_realign.cu`` for 1-byte elements
-    whose rows start at any byte; a call it cannot take is refused with the reason), ``"torch"``
-    (``out.copy_(x.permute(dims))``) and ``"auto"``: on a GPU the Triton kernels, or for 1-byte
-    transposing permutes the CUDA kernel where the strategy model predicts it faster
+    ``"cuda-realign"`` (the CUDA C++ kernel of ``kernels/cuda/permute_realign.cu`` for 1- and 2-byte
+    elements whose rows start at any element; a call it cannot take is refused with the reason),
+    ``"torch"`` (``out.copy_(x.permute(dims))``) and ``"auto"``: on a GPU the Triton kernels, or for 1-
+    and 2-byte transposing permutes the CUDA kernel where the strategy model predicts it faster
     (``tuning.realign_launch``) and NVRTC is installed; on a CPU tensor as for ``transpose``.
     """
     if torch.compiler.is_compiling():

@@ -20,9 +20,14 @@ GENERAL_BLOCK = 1024
 INT32_LIMIT = 2**31
 
 # The realigned-store CUDA kernel's block (kernels/cuda/permute_realign.cu's TA and STEP, and its HALO):
-# (A bytes, B bytes of each row) a block moves, and the rows it loads before its first B index.
+# (bytes of each input row, indices along B) a block moves, and the rows it loads before its first B index.
 REALIGN_TILE = (64, 256)
 REALIGN_HALO = 32
+
+
+def realign_tile(element_size: int) -> tuple[int, int]:
+    """(A, B) in elements of a realigned-store block: 64 bytes of each input row, 256 rows."""
+    return REALIGN_TILE[0] // element_size, REALIGN_TILE[1]
 
 
 def product(values) -> int:
@@ -368,15 +373,17 @@ def realign_axes(sizes, in_strides, cap_a: int, cap_b: int, align: int = VECTOR_
     return tuple(a_dims), tuple(b_dims), tuple(batch)
 
 
-def realign_aligned(in_strides, go: PermuteLaunch) -> bool:
+def realign_aligned(in_strides, go: PermuteLaunch, element_size: int) -> bool:
     """Whether every input piece of the realigned-store launch ``go`` starts on a 16-byte boundary of the
-    tensor's start (the strides of B and the batch multiples of 16; A's pieces start at multiples of 64)."""
-    return all(in_strides[d] % VECTOR_BYTES == 0 for d in (*go.b_dims, *go.batch_dims))
+    tensor's start (the strides of B and the batch multiples of 16 bytes; A's pieces start at multiples of
+    64 bytes)."""
+    return all(in_strides[d] * element_size % VECTOR_BYTES == 0 for d in (*go.b_dims, *go.batch_dims))
 
 
 def realign_grid(sizes, go: PermuteLaunch) -> tuple[int, int, int]:
     """(A tiles, B tiles, blocks) of the realigned-store kernel on launch ``go``'s axes: B tiles reach one
     halo past the row's end, where the last rows' pieces end."""
     size_a, size_b = product(sizes[d] for d in go.a_dims), product(sizes[d] for d in go.b_dims)
-    tiles_a, tiles_b = cdiv(size_a, REALIGN_TILE[0]), cdiv(size_b + REALIGN_HALO - 1, REALIGN_TILE[1])
+    step, ta = go.blocks  # (B, A) in elements: realign_tile's
+    tiles_a, tiles_b = cdiv(size_a, ta), cdiv(size_b + REALIGN_HALO - 1, step)
     return tiles_a, tiles_b, tiles_a * tiles_b * go.batch

@@ -1,6 +1,6 @@
-"""Launcher of the CUDA C++ permute in ``permute_realign.cu`` (compiled by NVRTC on first use): 1-byte
-permutes whose input and output rows start at any byte, read as aligned 16-byte words and written as whole
-aligned 32-byte sectors, on the launches ``tileflip.tuning.realign_launch`` gives it.
+"""Launcher of the CUDA C++ permute in ``permute_realign.cu`` (compiled by NVRTC on first use): 1- and 2-byte
+permutes whose input and output rows start at any element, read as aligned 16-byte words and written as
+whole aligned 32-byte sectors, on the launches ``tileflip.tuning.realign_launch`` gives it.
 
 ``launch(x, out, plan, go)`` is called once every argument check is done (``out`` contiguous, not
 overlapping ``x``); ``params_of`` says whether the kernel holds the launch's decodes.
@@ -21,8 +21,9 @@ from tileflip.plan.launch import product, realign_aligned, realign_grid
 from tileflip.plan.permute import contiguous_strides
 
 CU_FILE = Path(__file__).with_name("permute_realign.cu")
-# (any input alignment, every input piece on a 16-byte boundary)
-KERNELS = ("permute_realign_u8", "permute_realign_u8_aligned")
+# by element size: (any input alignment, every input piece on a 16-byte boundary)
+KERNELS = {1: ("permute_realign_u8", "permute_realign_u8_aligned"),
+           2: ("permute_realign_u16", "permute_realign_u16_aligned")}
 THREADS = 288  # permute_realign.cu's THREADS
 MAX_DECODE = {"a": 4, "b": 4, "n": 6}  # dimensions each decode of the .cu file's Params holds
 
@@ -45,10 +46,10 @@ def compile_cubin(arch: int = 90, *, use_cache: bool = True) -> dict[str, bytes]
 
 
 @functools.lru_cache(maxsize=256)
-def params_of(plan, go) -> tuple[_Params, int, bool] | None:
+def params_of(plan, go, element_size: int) -> tuple[_Params, int, bool] | None:
     """(the kernel's Params, filled once per plan, blocks, whether every input row piece starts on a
     16-byte boundary of the tensor's start) of ``plan`` on the realigned-store launch ``go``, or None
-    where a decode has more dimensions than the kernel holds."""
+    where a decode has more dimensions than the kernel holds. Sizes and strides are in elements."""
     sizes, in_strides, out_strides = plan.sizes, plan.in_strides, contiguous_strides(plan.sizes)
     groups = {"a": go.a_dims, "b": go.b_dims, "n": go.batch_dims}
     if any(len(dims) > MAX_DECODE[k] for k, dims in groups.items()):
@@ -67,7 +68,7 @@ def params_of(plan, go) -> tuple[_Params, int, bool] | None:
     fields = (size_a, size_b, tiles_a, tiles_b, len(a[0]), len(b[0]), len(n[0]), 0,
               padded(a[0], 4), padded(a[1], 4), padded(b[0], 4), padded(b[1], 4),
               padded(n[0], 6), padded(n[1], 6), padded(n[2], 6))  # fmt: skip
-    return _Params(*fields), blocks, realign_aligned(in_strides, go)
+    return _Params(*fields), blocks, realign_aligned(in_strides, go, element_size)
 
 
 class _ThreadArgs(threading.local):
@@ -89,16 +90,17 @@ _args = _ThreadArgs()
 _handles: dict = {}
 
 
-def kernel_on(device: int, aligned: bool):
-    return nvrtc.kernel_on(_handles, CU_FILE, KERNELS[aligned], device)
+def kernel_on(device: int, element_size: int, aligned: bool):
+    return nvrtc.kernel_on(_handles, CU_FILE, KERNELS[element_size][aligned], device)
 
 
 def launch(x: torch.Tensor, out: torch.Tensor, plan, go) -> None:
     """Write ``x.permute(...)`` (``plan`` on launch ``go``) into the contiguous ``out``, where ``params_of``
     holds the launch."""
-    params, blocks, aligned = params_of(plan, go)
+    es = x.element_size()
+    params, blocks, aligned = params_of(plan, go, es)
     device = x.get_device()
-    kernel = kernel_on(device, aligned and x.data_ptr() % 16 == 0)
+    kernel = kernel_on(device, es, aligned and x.data_ptr() % 16 == 0)
     args = _args
     args.x.value, args.out.value = x.data_ptr(), out.data_ptr()
     ctypes.memmove(args.params_address, ctypes.addressof(params), ctypes.sizeof(_Params))
