@@ -232,26 +232,15 @@ __device__ __forceinline__ void permute_realign(const tf_u8* __restrict__ in, tf
 
 }  // namespace tileflip_realign
 
-extern "C" __global__ void __launch_bounds__(288)
-    permute_realign_u8(const tf_u8* __restrict__ in, tf_u8* __restrict__ out, const tileflip_realign::Params p) {
-    tileflip_realign::permute_realign<1, 64, 256, false>(in, out, p);
-}
+// One kernel per element size, each in two forms: rows at any element, and every input piece on a
+// 16-byte boundary (one load a piece, nothing to shift). A block moves 64 bytes of each of 288 input rows.
+#define TILEFLIP_REALIGN_KERNEL(NAME, E, ALIGNED)                                                          \
+    extern "C" __global__ void __launch_bounds__(288)                                                    \
+        NAME(const tf_u8* __restrict__ in, tf_u8* __restrict__ out, const tileflip_realign::Params p) { \
+        tileflip_realign::permute_realign<E, 64 / E, 256, ALIGNED>(in, out, p);                        \
+    }
 
-// The same where every input piece starts on a 16-byte boundary: one load a piece, nothing to shift.
-extern "C" __global__ void __launch_bounds__(288)
-    permute_realign_u8_aligned(const tf_u8* __restrict__ in, tf_u8* __restrict__ out,
-                               const tileflip_realign::Params p) {
-    tileflip_realign::permute_realign<1, 64, 256, true>(in, out, p);
-}
-
-// 2-byte elements: 32 columns (64 bytes of each input row) of the same 288 rows.
-extern "C" __global__ void __launch_bounds__(288)
-    permute_realign_u16(const tf_u8* __restrict__ in, tf_u8* __restrict__ out, const tileflip_realign::Params p) {
-    tileflip_realign::permute_realign<2, 32, 256, false>(in, out, p);
-}
-
-extern "C" __global__ void __launch_bounds__(288)
-    permute_realign_u16_aligned(const tf_u8* __restrict__ in, tf_u8* __restrict__ out,
-                                const tileflip_realign::Params p) {
-    tileflip_realign::permute_realign<2, 32, 256, true>(in, out, p);
-}
+TILEFLIP_REALIGN_KERNEL(permute_realign_u8, 1, false)
+TILEFLIP_REALIGN_KERNEL(permute_realign_u8_aligned, 1, true)
+TILEFLIP_REALIGN_KERNEL(permute_realign_u16, 2, false)
+TILEFLIP_REALIGN_KERNEL(permute_realign_u16_aligned, 2, true)
