@@ -371,8 +371,8 @@ def permute_launch(p, element_size: int, *, widen: bool = True) -> PermuteLaunch
 
 def realign_candidate(p, element_size: int) -> PermuteLaunch | None:
     """The launch of plan ``p`` (kind tiles or transpose2d) on the realigned-store CUDA kernel where the
-    kernel can take it, else None: 1-byte elements, axes from ``realign_axes`` (A one input run, B one
-    output run), indices within 32 bits. ``blocks`` is the kernel's (B, A) tile."""
+    kernel can take it, else None: 1- and 2-byte elements, axes from ``realign_axes`` (A one input run, B
+    one output run), indices within 32 bits. ``blocks`` is the kernel's (B, A) tile in elements."""
     if element_size not in REALIGN_SIZES or p.kind not in ("tiles", "transpose2d"):
         return None
     sizes = p.sizes
@@ -413,7 +413,7 @@ def tile_vectors_wide(p, element_size: int) -> bool:
 
 
 def strategy_fractions(p, element_size: int) -> dict:
-    """The model's predicted fraction of copy of each strategy that can run plan ``p`` (1-byte
+    """The model's predicted fraction of copy of each strategy that can run plan ``p`` (1- and 2-byte
     transposed tiles: the Triton tile kernel and, where it can take it, the realigned-store kernel)."""
     return _fractions(p, element_size, realign_candidate(p, element_size))
 

@@ -8,9 +8,9 @@
 // over up to 6 dimensions. out_row and in_b decode the axis's linear index over up to 4 dimensions
 // (innermost first); indices fit 32 bits (the caller checks), offsets are 64-bit.
 //
-// Why: the Triton tile kernel moves such rows one byte per lane (its vectors need aligned addresses), so
-// a warp's accesses cost an instruction per 32 bytes and straddle sectors wherever a row starts off a
-// boundary. Here a block moves a tile of 64 bytes of each input row (TA = 64 / E columns a) x STEP +
+// Why: the Triton tile kernel moves such rows one element per lane (its vectors need aligned addresses),
+// so a warp's accesses cost an instruction per 32 or 64 bytes and straddle sectors wherever a row starts
+// off a boundary. Here a block moves a tile of 64 bytes of each input row (TA = 64 / E columns a) x STEP +
 // HALO = 288 rows (b). A thread reads one 16-byte piece of 4 consecutive input rows (each piece from the
 // one or two aligned 16-byte words that hold it, shifted into place), turns each 4 x 4 block of bytes
 // (2 x 2 of halves for 2-byte elements) around with byte permutations and writes the words into shared
@@ -19,7 +19,7 @@
 // misalignment of that place mod 32 (E * STEP is a multiple of 32, so m_a is the same in every block and
 // the pieces tile the row; the HALO rows before tb * STEP hold the bytes it takes from before it): each
 // aligned 16-byte piece is 5 words of its tile row funnel-shifted into place and stored whole, a warp
-// writing whole sectors. Pieces that run past either end of the row are written byte by byte. Forms
+// writing whole sectors. Pieces that run past either end of the row are written element by element. Forms
 // measured and rejected: docs/design.md (Planner, the realigned-store kernel).
 //
 // No header is included (NVRTC has no standard library search path).
