@@ -1,9 +1,10 @@
-"""The CUDA kernel for 1-byte permutes whose rows start at any byte (kernels/cuda/permute_realign.cu): the
-launches it can take (``tuning.realign_candidate``), the strategy model that chooses it
-(``tuning.realign_launch``), its addressing emulated on the CPU (output pieces, and the shifted input
-loads), and exact bits on the GPU."""
+"""The CUDA kernel for 1- and 2-byte permutes whose rows start at any element
+(kernels/cuda/permute_realign.cu): the launches it can take (``tuning.realign_candidate``), the strategy
+model that chooses it (``tuning.realign_launch``), its addressing emulated on the CPU (output pieces, the
+shifted input loads, the byte permutations), and exact bits on the GPU."""
 
 import random
+import re
 
 import pytest
 import torch
@@ -15,8 +16,8 @@ from tileflip.kernels.cuda import permute as cuda_permute
 from tileflip.plan.launch import realign_axes, realign_tile
 from tileflip.plan.permute import contiguous_strides
 
-# (shape, dims) of int8 permutes the kernel can take: a batch of none, one and two dimensions; input rows
-# of 966 bytes (pieces off 16-byte boundaries); a 2-D transpose with odd sides
+# (shape, dims) of permutes the kernel can take (as int8 and as 2-byte elements): a batch of none, one and
+# two dimensions; input rows of 966 elements (pieces off 16-byte boundaries); a 2-D transpose with odd sides
 TAKEN = [
     ((3, 13, 11, 7, 42, 24), (5, 4, 2, 3, 1, 0)),
     ((3, 9, 250, 2048), (0, 3, 1, 2)),
@@ -93,9 +94,11 @@ def test_the_model_reads_fill_and_alignment():
     assert tuning.strategy_fractions(p, 1)["realign"] == pytest.approx(tuning.REALIGN_FRACTION[1][True] * expected)
     odd = _plan((29, 3212, 1201), (2, 0, 1))
     assert not tuning.realign_aligned(odd, tuning.realign_candidate(odd, 1), 1)
-    # 2-byte elements: pieces on 16-byte boundaries where the strides are multiples of 8 elements
-    p2 = _plan((29, 3212, 1200), (2, 0, 1), 2)
+    # 2-byte elements: pieces on 16-byte boundaries where the strides are multiples of 8 elements (1208 is
+    # one, though not of 16; 1204 is not)
+    p2 = _plan((29, 3212, 1208), (2, 0, 1), 2)
     assert tuning.realign_aligned(p2, tuning.realign_candidate(p2, 2), 2)
+    assert not tuning.realign_aligned(p2, tuning.realign_candidate(p2, 2), 1)
     p2 = _plan((29, 3212, 1204), (2, 0, 1), 2)
     assert not tuning.realign_aligned(p2, tuning.realign_candidate(p2, 2), 2)
 
@@ -173,6 +176,42 @@ def test_emulated_loads_read_each_piece_from_its_aligned_words(valid):
         lo = memory[base : base + 16]
         hi = memory[base + 16 : base + 32] if off + need > 16 else bytes(16)
         assert _shifted(lo, hi, off)[:need] == memory[at : at + need], (at, need)
+
+
+def _byte_perm(x: int, y: int, s: int) -> int:
+    """CUDA's ``__byte_perm``: result byte i is byte (s >> 4i) & 7 of the 8 bytes y:x."""
+    pool = (x | (y << 32)).to_bytes(8, "little")
+    return int.from_bytes(bytes(pool[(s >> (4 * i)) & 7] for i in range(4)), "little")
+
+
+def _tile_writes(source: str, element_size: int) -> list:
+    """The kernel's tile writes for one element size, parsed from the .cu file: (tile row offset from c, word
+    offset from g's first word, first operand, second operand, selector) with operands as written."""
+    body = source.split("if (E == 1) {")[1].split("} else {")[int(element_size == 2)]
+    temps = {m[0]: m[1:] for m in re.findall(r"const tf_u32 (t\d) = __byte_perm\((\w+), (\w+), (0x\w+)\)", body)}
+    writes = re.findall(r"tile\[\(?c(?: \+ (\d))?\)? \* WORDS \+ (?:2 \* )?g(?: \+ (\d))?\] = "
+                        r"__byte_perm\((\w+), (\w+), (0x\w+)\)", body)
+    return temps, [(int(r or 0), int(w or 0), a, b, int(sel, 16)) for r, w, a, b, sel in writes]
+
+
+@pytest.mark.parametrize("element_size", [1, 2])
+def test_byte_permutations_turn_each_block_around(element_size):
+    """Each tile write of the .cu file, evaluated on 4 rows' words: tile row c + r (output row: column c + r
+    of the input rows) gets, at its word for the row group, the 4 rows' elements of that column in order."""
+    temps, writes = _tile_writes(cuda_permute.CU_FILE.read_text(), element_size)
+    assert len(writes) == 4
+    rng = random.Random(element_size)
+    rows = [rng.randrange(2**32) for _ in range(4)]  # word w of rows 0..3: 4 / E columns each
+    values = {f"x{i}": v for i, v in enumerate(rows)}
+    for name, (a, b, sel) in temps.items():
+        values[name] = _byte_perm(values[a], values[b], int(sel, 16))
+    E = element_size
+    per_word = 4 // E  # rows a tile word holds
+    for r, w, a, b, sel in writes:
+        got = _byte_perm(values[a], values[b], sel).to_bytes(4, "little")
+        first_row = per_word * w  # the rows 4g + first_row .. of the group in this word
+        want = b"".join(rows[first_row + i].to_bytes(4, "little")[E * r: E * r + E] for i in range(per_word))
+        assert got == want, (r, w, a, b, hex(sel))
 
 
 def test_plan_text_names_the_cuda_kernel():

@@ -183,7 +183,7 @@ def _realign_or(p, size, lines) -> list[str]:
         f"  batch (per block): {_axis(p, go.batch_dims)} = {go.batch}",
         f"  tile {ta} (A) x {step} (B) elements a block, 288 threads; input pieces {pieces}; each output row "
         "written as aligned 16-byte pieces from a 32-byte boundary (its start is at any byte)",
-        f"  grid: {realign_grid(p.sizes, go)[2]} blocks (1-D), consecutive blocks along A",
+        f"  grid: {realign_grid(p.sizes, go, size)[2]} blocks (1-D), consecutive blocks along A",
         "otherwise (backend triton, or NVRTC missing):",
         *lines,
     ]

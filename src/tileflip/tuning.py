@@ -238,12 +238,14 @@ ROWS_FLAT_MIN_BYTES = 256
 ROWS_FLAT_ELEMENTS = 1024
 ROWS_FLAT_WARPS = 4
 # The strategy model of 1- and 2-byte transposed tiles: each strategy's predicted fraction of copy, the
-# larger taken; by element size. Each figure is the median over the permute-wide suite's cases of that
-# size (H200): of the Triton tile kernel where it moves 16-byte vectors on both sides, or narrower ones
-# (1-byte: 72 cases; 2-byte: 13 and 68); of the realigned-store CUDA kernel per share of its tiles filled
-# (``realign_fill``; cases over half filled), where every input piece starts on a 16-byte boundary
-# (1-byte: 16 cases; 2-byte: 20) or not (33; 27). Timed, auto is within 5% of the faster of the two on 61
-# of the 71 1-byte and 77 of the 81 2-byte cases the kernel can take (docs/design.md, Planner).
+# larger taken; by element size. Each figure is the median over the cases of that size (H200; 1-byte: the
+# permute-wide suite's; 2-byte: the permute-wide and stability suites' that the kernel can take): of the
+# Triton tile kernel where it moves 16-byte vectors on both sides, or narrower ones (1-byte: 72 cases;
+# 2-byte: 13 and 68); of the realigned-store CUDA kernel per share of its tiles filled (``realign_fill``;
+# cases over half filled), where every input piece starts on a 16-byte boundary (1-byte: 16 cases;
+# 2-byte: 20) or not (33; 27). Timed, auto is within 5% of the faster of the two on 61 of the 71 1-byte
+# cases the kernel can take, and the 2-byte figures pick it on 77 of the 81 they were taken from
+# (docs/design.md, Planner).
 TILE_FRACTION = {1: {True: 0.95, False: 0.48}, 2: {True: 0.93, False: 0.64}}
 REALIGN_FRACTION = {1: {True: 0.77, False: 0.74}, 2: {True: 0.81, False: 0.79}}
 REALIGN_SIZES = (1, 2)  # element sizes the realigned-store kernel moves
@@ -385,9 +387,9 @@ def realign_candidate(p, element_size: int) -> PermuteLaunch | None:
         return None
     go = PermuteLaunch(
         (step, ta), REALIGN_WARPS, (0, 0), product(sizes[d] for d in batch_dims),
-        a_dims, b_dims, batch_dims, (VECTOR_BYTES, VECTOR_BYTES),
+        a_dims, b_dims, batch_dims, (VECTOR_BYTES // element_size,) * 2,
     )  # fmt: skip
-    tiles_a, tiles_b, blocks = geometry.realign_grid(sizes, go)
+    tiles_a, tiles_b, blocks = geometry.realign_grid(sizes, go, element_size)
     return replace(go, grid=(tiles_b, tiles_a)) if blocks < 2**31 else None
 
 

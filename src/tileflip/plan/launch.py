@@ -380,10 +380,11 @@ def realign_aligned(in_strides, go: PermuteLaunch, element_size: int) -> bool:
     return all(in_strides[d] * element_size % VECTOR_BYTES == 0 for d in (*go.b_dims, *go.batch_dims))
 
 
-def realign_grid(sizes, go: PermuteLaunch) -> tuple[int, int, int]:
-    """(A tiles, B tiles, blocks) of the realigned-store kernel on launch ``go``'s axes: B tiles reach one
-    halo past the row's end, where the last rows' pieces end."""
+def realign_grid(sizes, go: PermuteLaunch, element_size: int) -> tuple[int, int, int]:
+    """(A tiles, B tiles, blocks) of the realigned-store kernel on launch ``go``'s axes: B tiles reach past
+    the row's end by as many elements as a row's start may lie off a 32-byte boundary, where the last
+    rows' pieces end."""
     size_a, size_b = product(sizes[d] for d in go.a_dims), product(sizes[d] for d in go.b_dims)
     step, ta = go.blocks  # (B, A) in elements: realign_tile's
-    tiles_a, tiles_b = cdiv(size_a, ta), cdiv(size_b + REALIGN_HALO - 1, step)
+    tiles_a, tiles_b = cdiv(size_a, ta), cdiv(size_b + (REALIGN_HALO - 1) // element_size, step)
     return tiles_a, tiles_b, tiles_a * tiles_b * go.batch

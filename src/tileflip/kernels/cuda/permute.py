@@ -56,7 +56,7 @@ def params_of(plan, go, element_size: int) -> tuple[_Params, int, bool] | None:
         return None
     size_a = product(sizes[d] for d in go.a_dims)
     size_b = product(sizes[d] for d in go.b_dims)
-    tiles_a, tiles_b, blocks = realign_grid(sizes, go)
+    tiles_a, tiles_b, blocks = realign_grid(sizes, go, element_size)
 
     def padded(values, n):
         return tuple(values) + (0,) * (n - len(values))

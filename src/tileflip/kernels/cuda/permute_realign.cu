@@ -2,8 +2,9 @@
 // tile (axes A and B as tileflip.plan.launch.realign_axes folds them) that reads every input row as
 // aligned 16-byte words and writes every output row as whole 32-byte sectors from a 32-byte boundary.
 //
-// The problem, as the planner folds it: output row a (a in [0, asz), one per index of axis A) is a run of
-// bsz contiguous bytes at out + out_row(a) + out_n; element (a, b) comes from in + a + in_b(b) + in_n.
+// The problem, as the planner folds it, in elements of E bytes: output row a (a in [0, asz), one per index
+// of axis A) is a run of bsz contiguous elements at out + out_row(a) + out_n; element (a, b) comes from
+// in + a + in_b(b) + in_n. The kernel scales each offset by E.
 // Axis A is one contiguous run of the input, B one contiguous run of the output, and the batch n decodes
 // over up to 6 dimensions. out_row and in_b decode the axis's linear index over up to 4 dimensions
 // (innermost first); indices fit 32 bits (the caller checks), offsets are 64-bit.
