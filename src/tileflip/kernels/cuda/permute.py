@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import threading
 from pathlib import Path
 
 import torch
@@ -71,22 +70,13 @@ def params_of(plan, go, element_size: int) -> tuple[_Params, int, bool] | None:
     return _Params(*fields), blocks, realign_aligned(in_strides, go, element_size)
 
 
-class _ThreadArgs(threading.local):
-    """One argument block per thread (the driver copies the values during cuLaunchKernel, which releases
-    the GIL): the two pointers, the Params, and the array of pointers to them that the launch reads."""
+class _Args(ctypes.Structure):
+    """The kernels' arguments, in the order of permute_realign.cu's signature."""
 
-    def __init__(self):
-        self.x = ctypes.c_uint64()
-        self.out = ctypes.c_uint64()
-        self.params = _Params()
-        self.pointers = (ctypes.c_void_p * 3)(
-            ctypes.addressof(self.x), ctypes.addressof(self.out), ctypes.addressof(self.params)
-        )
-        self.address = ctypes.addressof(self.pointers)
-        self.params_address = ctypes.addressof(self.params)
+    _fields_ = [("x", ctypes.c_uint64), ("out", ctypes.c_uint64), ("params", _Params)]
 
 
-_args = _ThreadArgs()
+_args = nvrtc.ThreadArgs(_Args)
 _handles: dict = {}
 
 
@@ -101,7 +91,7 @@ def launch(x: torch.Tensor, out: torch.Tensor, plan, go) -> None:
     params, blocks, aligned = params_of(plan, go, es)
     device = x.get_device()
     kernel = kernel_on(device, es, aligned and x.data_ptr() % 16 == 0)
-    args = _args
-    args.x.value, args.out.value = x.data_ptr(), out.data_ptr()
-    ctypes.memmove(args.params_address, ctypes.addressof(params), ctypes.sizeof(_Params))
-    nvrtc.launch(kernel, (blocks, 1, 1), (THREADS, 1, 1), current_stream(device), args.address)
+    block = _args.block
+    block.x, block.out = x.data_ptr(), out.data_ptr()
+    ctypes.memmove(ctypes.addressof(block.params), ctypes.addressof(params), ctypes.sizeof(_Params))
+    nvrtc.launch(kernel, (blocks, 1, 1), (THREADS, 1, 1), current_stream(device), _args.address)

@@ -54,8 +54,6 @@ def compile_cubin(arch: int = 90, *, use_cache: bool = True) -> dict[str, bytes]
     return {CU_FILE.name: nvrtc.compile_cubin(CU_FILE, arch, use_cache=use_cache)}
 
 
-
-
 @functools.lru_cache(maxsize=1024)
 def _grid(M: int, N: int, variant: str, element_size: int) -> tuple[int, int]:
     """(programs, tiles per row) of the launch, from the planner."""
