@@ -21,6 +21,7 @@ pytest.importorskip("cuda.bindings", reason="the CUDA backend needs cuda-python:
 from tileflip.kernels.cuda import nvrtc  # noqa: E402 (after the importorskip)
 from tileflip.kernels.cuda import permute as cuda_permute  # noqa: E402
 from tileflip.kernels.cuda import quantize as cuda_quantize  # noqa: E402
+from tileflip.kernels.cuda import thin as cuda_thin  # noqa: E402
 from tileflip.kernels.cuda import transpose as cuda_transpose  # noqa: E402
 
 ARCH = 90
@@ -132,6 +133,31 @@ def test_nvrtc_compiles_the_realigned_permute():
     check_realign_cubin(cubins["permute_realign.cu"])
 
 
+def check_thin_cubin(elf: bytes) -> None:
+    assert cubin_arch(elf) == ARCH
+    names = cuda_thin.kernel_names()
+    assert global_functions(elf) == set(names) and len(names) == 15 + 7
+    for name in names:  # four warps' staged output: 512 * S bytes and a word's reach on either side (sm_90
+        s = int(name.rsplit("_", 1)[1])  # cubins may count the 1 KiB the system reserves)
+        assert 0 <= static_shared_bytes(elf, name) - 4 * (16 + 512 * s + 32) <= 1024, name
+
+
+def test_nvrtc_compiles_the_thin_permute():
+    cubins = cuda_thin.compile_cubin(ARCH, use_cache=False)
+    assert list(cubins) == ["permute_thin.cu"]
+    check_thin_cubin(cubins["permute_thin.cu"])
+
+
+def test_thin_params_match_the_kernels_struct():
+    # Params (permute_thin.cu): 3 int64, 4 int32, then 6 + 6 int64; the launcher fills it from thin_fields
+    assert ctypes.sizeof(cuda_thin._Params) == 3 * 8 + 4 * 4 + 12 * 8
+    source = cuda_thin.CU_FILE.read_text()
+    struct = re.search(r"struct Params \{(.*?)\};", source, re.S).group(1)
+    declared = re.findall(r"^\s*(tf_i64|int) ([^;]*);", struct, re.M)
+    names = [n.strip().split("[")[0] for _, group in declared for n in group.split(",")]
+    assert names == [name for name, _ in cuda_thin._Params._fields_]
+
+
 def check_quantize_cubin(elf: bytes) -> None:
     assert cubin_arch(elf) == ARCH
     names = cuda_quantize.kernel_names()
@@ -194,6 +220,7 @@ def test_thread_args_are_a_block_per_thread_with_pointers_to_its_fields():
 # each .cu file and the check of its cubin
 CU_FILES = {"transpose.cu": (cuda_transpose.CU_FILE, check_cubin),
             "permute_realign.cu": (cuda_permute.CU_FILE, check_realign_cubin),
+            "permute_thin.cu": (cuda_thin.CU_FILE, check_thin_cubin),
             "quantize.cu": (cuda_quantize.CU_FILE, check_quantize_cubin)}  # fmt: skip
 
 

@@ -1,6 +1,6 @@
 """The CUDA kernel for 1- and 2-byte permutes whose rows start at any element
 (kernels/cuda/permute_realign.cu): the launches it can take (``tuning.realign_candidate``), the strategy
-model that chooses it (``tuning.realign_launch``), its addressing emulated on the CPU (output pieces, the
+model that chooses it (``tuning.permute_strategy``), its addressing emulated on the CPU (output pieces, the
 shifted input loads, the byte permutations), and exact bits on the GPU."""
 
 import random
@@ -80,7 +80,7 @@ def test_the_strategy_model_picks_the_larger_prediction(shape, dims, chosen, why
     fractions = tuning.strategy_fractions(p, 1)
     assert set(fractions) == {"tile", "realign"}
     assert (fractions["realign"] > fractions["tile"]) == chosen, why
-    assert (tuning.realign_launch(p, 1) is not None) == chosen, why
+    assert (tuning.permute_strategy(p, 1)[0] == "realign") == chosen, why
 
 
 def test_the_model_reads_fill_and_alignment():
@@ -246,11 +246,10 @@ def _forbid(monkeypatch, module, name):
 def test_exact_bits_through_the_cuda_kernel(shape, dims, dtype, monkeypatch):
     from tileflip.kernels.triton import permute as triton_permute
     from tileflip.kernels.triton import transpose as triton_transpose
-
-    monkeypatch.setattr(tuning, "realign_launch", tuning.realign_candidate)  # whatever the model prefers
     from tileflip.ops import backends
 
-    monkeypatch.setattr(backends, "_realign_launch", tuning.realign_candidate)
+    # whatever the model prefers
+    monkeypatch.setattr(backends, "_permute_strategy", lambda p, es: ("realign", tuning.realign_candidate(p, es)))
     _forbid(monkeypatch, triton_permute, "launch")  # the call must take the CUDA kernel
     _forbid(monkeypatch, triton_transpose, "launch")
     x = random_bits(shape, dtype, "cuda", seed=1)
@@ -347,7 +346,7 @@ def test_backend_cuda_realign_runs_where_the_model_prefers_triton(shape, dims, m
     from tileflip.kernels.triton import permute as triton_permute
     from tileflip.kernels.triton import transpose as triton_transpose
 
-    assert tuning.realign_launch(_plan(shape, dims), 1) is None
+    assert tuning.permute_strategy(_plan(shape, dims), 1)[0] != "realign"
     _forbid(monkeypatch, triton_permute, "launch")
     _forbid(monkeypatch, triton_transpose, "launch")
     x = random_bits(shape, torch.int8, "cuda", seed=7)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tileflip import plan, tuning
-from tileflip.plan.launch import product, realign_grid, realign_tile
+from tileflip.plan.launch import THIN_ROW_BYTES, THIN_WARPS, product, realign_grid, realign_tile
 
 
 def plan_text(shape, *, block=None, dtype="float32", programs=12) -> str:
@@ -108,7 +108,7 @@ def permute_text(shape, perm, *, dtype="float32") -> str:
     ]
     in_run, out_run = plan.innermost_runs(p, size)
     lines.append(f"innermost contiguous runs: input {in_run} B, output {out_run} B")
-    lines += _realign_or(p, size, _permute_launch(p, size))
+    lines += _strategy_or(p, size, _permute_launch(p, size))
     return "\n".join(lines)
 
 
@@ -158,20 +158,34 @@ def _axis(p, dims) -> str:
     return " x ".join(f"dim {d} ({p.sizes[d]})" for d in dims) or "-"
 
 
-def _realign_or(p, size, lines) -> list[str]:
-    """``lines`` (the Triton kernel's launch), under the strategy model's choice where the realigned-store
-    CUDA kernel could take plan ``p``, or that kernel's launch in front of them where it is chosen."""
+def _strategy_or(p, size, lines) -> list[str]:
+    """``lines`` (the Triton kernel's launch), under the strategy model's choice where a CUDA permute
+    kernel could take plan ``p``, or that kernel's launch in front of them where it is chosen."""
     takes = size in tuning.REALIGN_SIZES and p.kind in ("tiles", "transpose2d")
     fractions = tuning.strategy_fractions(p, size) if takes else {}
-    if "realign" not in fractions:
+    if len(fractions) < 2:
         return lines
-    go = tuning.realign_launch(p, size)
+    strategy, go = tuning.permute_strategy(p, size)
     why = ", ".join(f"{name} {f:.2f}" for name, f in fractions.items())
-    head = (f"strategy: {'realign' if go else 'tile'} (the model's predicted fractions of copy: {why}; "
-            "the larger runs; docs/design.md, Planner)")  # fmt: skip
-    if go is None:
+    head = (f"strategy: {strategy} (the model's predicted fractions of copy: {why}; "
+            "the largest runs; docs/design.md, Planner)")  # fmt: skip
+    if strategy == "tile":
         return [head, *lines]
-
+    otherwise = ["otherwise (backend triton, or NVRTC missing):", *lines]
+    if strategy == "thin":
+        n, s = p.sizes[-2], p.sizes[-1]
+        rows = (f"{go.chunks} pieces of {THIN_ROW_BYTES} B a row" if go.chunks > 1 else
+                f"the rows of {32 // go.lanes} batch indices a warp, {go.lanes} lanes a row")  # fmt: skip
+        return [
+            head,
+            "CUDA thin-transpose kernel (backend auto; kernels/cuda/permute_thin.cu):",
+            f"  out (batch, {n}, {s}): {s} input rows of {n} contiguous elements per batch index, turned around "
+            f"in registers ({s} compiled in)",
+            f"  batch: {_axis(p, go.batch_dims)} = {go.batch}",
+            f"  {rows}; 16 B a lane from each of its {s} rows, the warp's output written as aligned 16 B words",
+            f"  grid: {go.blocks} blocks of {32 * THIN_WARPS} threads striding over {go.items} warp items",
+            *otherwise,
+        ]
     ta, step = realign_tile(size)
     pieces = ("on 16-byte boundaries" if tuning.realign_aligned(p, go, size)
               else "at any byte (each shifted into place with the next lane's word)")  # fmt: skip
@@ -184,8 +198,7 @@ def _realign_or(p, size, lines) -> list[str]:
         f"  tile {ta} (A) x {step} (B) elements a block, 288 threads; input pieces {pieces}; each output row "
         "written as aligned 16-byte pieces from a 32-byte boundary (its start is at any byte)",
         f"  grid: {realign_grid(p.sizes, go, size)[2]} blocks (1-D), consecutive blocks along A",
-        "otherwise (backend triton, or NVRTC missing):",
-        *lines,
+        *otherwise,
     ]
 
 

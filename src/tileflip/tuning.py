@@ -17,7 +17,7 @@ from pathlib import Path
 
 from tileflip.plan import launch as geometry
 from tileflip.plan.grid import TileConfig
-from tileflip.plan.launch import VECTOR_BYTES, PermuteLaunch, product, realign_tile
+from tileflip.plan.launch import VECTOR_BYTES, PermuteLaunch, ThinLaunch, product, realign_tile
 
 TABLE_FILE = Path(__file__).with_name("data") / "tuning-h200.json"
 
@@ -248,8 +248,18 @@ ROWS_FLAT_WARPS = 4
 # (docs/design.md, Planner).
 TILE_FRACTION = {1: {True: 0.95, False: 0.48}, 2: {True: 0.93, False: 0.64}}
 REALIGN_FRACTION = {1: {True: 0.77, False: 0.74}, 2: {True: 0.81, False: 0.79}}
-REALIGN_SIZES = (1, 2)  # element sizes the realigned-store kernel moves
+REALIGN_SIZES = (1, 2)  # element sizes the realigned-store and thin-transpose kernels move
 REALIGN_WARPS = 9  # the kernel's 288 threads
+# Thin transposes (plans the thin-transpose kernel can take: the output's fastest dimension at most 16
+# bytes, against an input-contiguous one), by element size: the thin kernel's fraction of copy per share
+# of its lanes' pieces filled (``thin_fill``), and the Triton tile kernel's, without a batch (the plan
+# merges to (N, S)) or with one. Medians of the 14 1- and 2-byte permute-wide and stability cases of
+# this class (H200): the tile kernel without a batch 0.04-0.89 (1-byte) and 0.90-1.05 (2-byte), with a
+# batch 0.09-0.62 and 0.13-0.28; the thin kernel 0.53-0.91. Grid: 8 blocks of 4 warps for each of an
+# H200's 132 SMs, striding over the items.
+THIN_FRACTION = {1: 0.82, 2: 0.77}
+TILE_THIN_FRACTION = {1: {False: 0.74, True: 0.18}, 2: {False: 0.95, True: 0.24}}
+THIN_BLOCKS = 132 * 8
 
 
 def narrow_step(vector_bytes: int, load_bytes: int = 0, kept: bool = True, element_size: int = 0):
@@ -414,24 +424,39 @@ def tile_vectors_wide(p, element_size: int) -> bool:
     return min(permute_launch(p, element_size).vec) >= cap
 
 
+def thin_candidate(p, element_size: int) -> ThinLaunch | None:
+    """The launch of plan ``p`` (kind tiles or transpose2d) on the thin-transpose CUDA kernel where it
+    can take it (``geometry.thin_launch``), else None."""
+    if p.kind not in ("tiles", "transpose2d"):
+        return None
+    return geometry.thin_launch(p.sizes, p.in_strides, element_size, THIN_BLOCKS)
+
+
 def strategy_fractions(p, element_size: int) -> dict:
     """The model's predicted fraction of copy of each strategy that can run plan ``p`` (1- and 2-byte
-    transposed tiles: the Triton tile kernel and, where it can take it, the realigned-store kernel)."""
-    return _fractions(p, element_size, realign_candidate(p, element_size))
+    transposed tiles: the Triton tile kernel and, where they can take it, the realigned-store and the
+    thin-transpose CUDA kernels)."""
+    return _fractions(p, element_size, realign_candidate(p, element_size), thin_candidate(p, element_size))
 
 
-def _fractions(p, element_size: int, go) -> dict:
+def _fractions(p, element_size: int, realign, thin) -> dict:
     fractions = {"tile": TILE_FRACTION[element_size][tile_vectors_wide(p, element_size)]}
-    if go is not None:
-        aligned = realign_aligned(p, go, element_size)
-        fractions["realign"] = REALIGN_FRACTION[element_size][aligned] * realign_fill(p, go)
+    if realign is not None:
+        aligned = realign_aligned(p, realign, element_size)
+        fractions["realign"] = REALIGN_FRACTION[element_size][aligned] * realign_fill(p, realign)
+    if thin is not None:
+        fractions["tile"] = TILE_THIN_FRACTION[element_size][len(p.sizes) > 2]
+        fractions["thin"] = THIN_FRACTION[element_size] * geometry.thin_fill(p.sizes, thin, element_size)
     return fractions
 
 
-def realign_launch(p, element_size: int) -> PermuteLaunch | None:
-    """``realign_candidate``'s launch where the strategy model prefers it to the Triton kernel, else None."""
-    go = realign_candidate(p, element_size)
-    if go is None:
-        return None
-    fractions = _fractions(p, element_size, go)
-    return go if fractions["realign"] > fractions["tile"] else None
+def permute_strategy(p, element_size: int) -> tuple:
+    """(strategy, its launch) the model picks for plan ``p``: ``("tile", None)`` (the Triton kernels),
+    ``("realign", PermuteLaunch)`` or ``("thin", ThinLaunch)``, the largest predicted fraction of copy
+    (the tile kernel on a tie)."""
+    if element_size not in REALIGN_SIZES or p.kind not in ("tiles", "transpose2d"):
+        return "tile", None
+    launches = {"tile": None, "realign": realign_candidate(p, element_size), "thin": thin_candidate(p, element_size)}
+    fractions = _fractions(p, element_size, launches["realign"], launches["thin"])
+    best = max(fractions, key=lambda name: (fractions[name], name == "tile"))
+    return best, launches[best]

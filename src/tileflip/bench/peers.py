@@ -14,7 +14,7 @@ from tileflip.bench.cases import TILEFLIP_BACKENDS, Case
 XLA_CHILD = "tileflip.bench.xla_child"
 
 
-PERMUTE_STRATEGIES = ("auto", "triton", "cuda-realign")  # the permute backends a permute suite can time
+PERMUTE_STRATEGIES = ("auto", "triton", "cuda-realign", "cuda-thin")  # the permute backends a permute suite can time
 
 
 def plan_of(x, perm):
@@ -29,13 +29,13 @@ def op_functions(case: Case, x, out, backends):
     import torch
 
     import tileflip
-    from tileflip.ops.backends import realign_refusal, vec_refusal
+    from tileflip.ops.backends import CUDA_PERMUTE_BACKENDS, permute_refusal, vec_refusal
 
     fns, notes = [], {}
     if case.perm is not None:
         for b in backends:
             if b in PERMUTE_STRATEGIES:  # auto and the strategies it chooses among
-                refusal = b == "cuda-realign" and realign_refusal(x, plan_of(x, case.perm))
+                refusal = b in CUDA_PERMUTE_BACKENDS and permute_refusal(b, x, plan_of(x, case.perm))
                 if refusal:
                     notes[b] = f"not for this case: {refusal}"
                     continue

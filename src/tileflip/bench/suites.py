@@ -81,7 +81,7 @@ def summary_line(records: list[dict], case: Case) -> str:
 def table(records: list[dict]) -> str:
     med = rec.medians(records)
     cases = sorted({(s, d) for s, d, _ in med}, key=lambda c: (c[1], str(c[0])))
-    names = dict.fromkeys(["copy", *TILEFLIP_BACKENDS, "cuda-realign", *PEERS])
+    names = dict.fromkeys(["copy", *TILEFLIP_BACKENDS, *PERMUTE_STRATEGIES, *PEERS])
     backends = [b for b in names if any(k[2] == b for k in med)]
     head = f"{'shape':>12} {'dtype':<14}" + "".join(f"{b:>18}" for b in backends)
     lines = [head, "-" * len(head)]
@@ -110,7 +110,7 @@ def run(suite: str, *, part: str | None, quick: bool, rounds: int, backends: lis
     if suite in PERMUTE_SUITES:
         backends = [b for b in backends or ("auto", *PEERS) if b in (*PERMUTE_STRATEGIES, *PEERS)]
     else:
-        backends = [b for b in backends or (*TILEFLIP_BACKENDS, *PEERS) if b != "cuda-realign"]
+        backends = [b for b in backends or (*TILEFLIP_BACKENDS, *PEERS) if b not in ("cuda-realign", "cuda-thin")]
     records = measure(cases, backends, rounds, quick, log)
     print(table(records))
     path = rec.write_results(records, results_name(suite, backends), out_dir, command, part=part)
@@ -159,6 +159,7 @@ def wide_summary(records: list[dict]) -> str:
         swept = [v for v in mine.values() if "triton" in v]
         if swept:
             close = sum(v["auto"] >= PICK_WITHIN * max(v.get(b, 0.0) for b in PERMUTE_STRATEGIES) for v in swept)
+            timed = [b for b in PERMUTE_STRATEGIES if any(b in v for v in swept)]
             lines.append(f"  strategies: auto within {1 - PICK_WITHIN:.0%} of the fastest of "
-                         f"{', '.join(PERMUTE_STRATEGIES)} on {close} of {len(swept)}")  # fmt: skip
+                         f"{', '.join(timed)} on {close} of {len(swept)}")  # fmt: skip
     return "\n".join(lines)

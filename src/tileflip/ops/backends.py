@@ -25,7 +25,8 @@ from tileflip import tuning
 BACKENDS = ("auto", "triton", "triton-gather", "cuda-naive", "cuda-tiled", "cuda-tiled-nopad", "cuda-vec", "torch")
 TRITON_BACKENDS = ("triton", "triton-gather")
 CUDA_BACKENDS = {"cuda-naive": "naive", "cuda-tiled": "tiled", "cuda-tiled-nopad": "tiled_nopad", "cuda-vec": "vec"}
-PERMUTE_BACKENDS = ("auto", "triton", "cuda-realign", "torch")
+PERMUTE_BACKENDS = ("auto", "triton", "cuda-realign", "cuda-thin", "torch")
+CUDA_PERMUTE_BACKENDS = ("cuda-realign", "cuda-thin")  # the CUDA C++ permute kernels, refused where they cannot run
 
 _modules: dict = {}
 
@@ -154,8 +155,9 @@ def launch(x: torch.Tensor, out: torch.Tensor, backend: str) -> None:
     LAUNCHERS[backend](x, out)
 
 
-def realign_refusal(x, p) -> str | None:
-    """Why the ``cuda-realign`` permute kernel cannot take a call (None: it can)."""
+def permute_refusal(backend: str, x, p) -> str | None:
+    """Why the CUDA C++ permute kernel of ``backend`` (``CUDA_PERMUTE_BACKENDS``) cannot take a call
+    (None: it can)."""
     if not x.is_cuda:
         return f"it needs a CUDA tensor, but x is on {x.device}"
     es = x.element_size()
@@ -163,6 +165,12 @@ def realign_refusal(x, p) -> str | None:
         return f"it moves 1- and 2-byte elements, got {es}-byte ones"
     if not nvrtc_available():
         return NVRTC_MISSING
+    if backend == "cuda-thin":
+        if _thin_candidate(p, es) is None:
+            return ("it transposes a thin side: the output's fastest dimension must span 2 to 16 bytes and have "
+                    "an input stride other than 1, the next one must have input stride 1, and the indices must "
+                    "fit 32 bits")  # fmt: skip
+        return None
     go = _realign_candidate(p, es) if p.kind in ("tiles", "transpose2d") else None
     if go is None or kernels("cuda.permute").params_of(p, go, es) is None:
         return ("it transposes: the output's fastest dimension must not be the input's, one input dimension must "
@@ -171,18 +179,27 @@ def realign_refusal(x, p) -> str | None:
 
 
 def launch_permute(x, out, p, backend: str = "triton") -> None:
-    """Run permute plan ``p`` on ``backend``: ``"cuda-realign"`` (checked by ``realign_refusal``) the CUDA
-    kernel that realigns 1- and 2-byte rows; ``"auto"`` that kernel where the strategy model prefers it
-    (``tuning.realign_launch``) and NVRTC is there; else the 2-D transpose kernel or the Triton permute
-    kernels."""
+    """Run permute plan ``p`` on ``backend``: ``"cuda-realign"`` / ``"cuda-thin"`` (checked by
+    ``permute_refusal``) the CUDA kernel that realigns 1- and 2-byte rows / that turns thin sides around
+    in registers; ``"auto"`` the strategy the model picks (``tuning.permute_strategy``) where NVRTC is
+    there for a CUDA kernel; else the 2-D transpose kernel or the Triton permute kernels."""
     es = x.element_size()
-    if backend == "cuda-realign" or (backend == "auto" and es in tuning.REALIGN_SIZES and x.is_cuda):
-        go = _realign_candidate(p, es) if backend == "cuda-realign" else _realign_launch(p, es)
-        if go is not None and nvrtc_available():
-            cuda_permute = kernels("cuda.permute")
-            if cuda_permute.params_of(p, go, es) is not None:
-                cuda_permute.launch(x, out, p, go)
-                return
+    if backend == "cuda-realign":
+        strategy, go = "realign", _realign_candidate(p, es)
+    elif backend == "cuda-thin":
+        strategy, go = "thin", _thin_candidate(p, es)
+    elif backend == "auto" and x.is_cuda:
+        strategy, go = _permute_strategy(p, es)
+    else:
+        strategy, go = "tile", None
+    if go is not None and nvrtc_available():
+        if strategy == "thin":
+            kernels("cuda.thin").launch(x, out, p, go)
+            return
+        cuda_permute = kernels("cuda.permute")
+        if cuda_permute.params_of(p, go, es) is not None:
+            cuda_permute.launch(x, out, p, go)
+            return
     if p.kind == "transpose2d":
         # Output (s0, s1) contiguous is the transpose of the input seen as (s1, s0) with swapped strides.
         (s0, s1), (st0, st1) = p.sizes, p.in_strides
@@ -194,5 +211,6 @@ def launch_permute(x, out, p, backend: str = "triton") -> None:
 
 # The launch descriptions, once per plan: the policy's Python costs tens of microseconds, a call's budget.
 _permute_launch = lru_cache(maxsize=256)(tuning.permute_launch)
-_realign_launch = lru_cache(maxsize=256)(tuning.realign_launch)
+_permute_strategy = lru_cache(maxsize=256)(tuning.permute_strategy)
 _realign_candidate = lru_cache(maxsize=256)(tuning.realign_candidate)
+_thin_candidate = lru_cache(maxsize=256)(tuning.thin_candidate)

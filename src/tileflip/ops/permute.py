@@ -7,7 +7,14 @@ from functools import lru_cache
 import torch
 
 from tileflip import plan
-from tileflip.ops.backends import PERMUTE_BACKENDS, launch_permute, on_device_of, realign_refusal, resolve_backend
+from tileflip.ops.backends import (
+    CUDA_PERMUTE_BACKENDS,
+    PERMUTE_BACKENDS,
+    launch_permute,
+    on_device_of,
+    permute_refusal,
+    resolve_backend,
+)
 from tileflip.ops.checks import check_input, check_out, resolved, tracks_grad, written
 
 
@@ -21,10 +28,13 @@ def permute(x: torch.Tensor, dims, out: torch.Tensor | None = None, *, backend: 
     a few fixed-rank kernels; ``tileflip plan --shape ... --perm ...`` prints the plan.
     Backends: ``"triton"`` (the Triton kernels; on a CPU tensor only under the interpreter),
     ``"cuda-realign"`` (the CUDA C++ kernel of ``kernels/cuda/permute_realign.cu`` for 1- and 2-byte
-    elements whose rows start at any element; a call it cannot take is refused with the reason),
-    ``"torch"`` (``out.copy_(x.permute(dims))``) and ``"auto"``: on a GPU the Triton kernels, or for 1-
-    and 2-byte transposing permutes the CUDA kernel where the strategy model predicts it faster
-    (``tuning.realign_launch``) and NVRTC is installed; on a CPU tensor as for ``transpose``.
+    elements whose rows start at any element), ``"cuda-thin"`` (the CUDA C++ kernel of
+    ``kernels/cuda/permute_thin.cu`` for 1- and 2-byte permutes whose output's fastest dimension spans
+    2 to 16 bytes against an input-contiguous one); each refuses a call it cannot take, with the reason;
+    ``"torch"`` (``out.copy_(x.permute(dims))``) and ``"auto"``: on a GPU, for 1- and 2-byte
+    transposing permutes, the strategy the model predicts fastest (``tuning.permute_strategy``: the
+    Triton kernels or one of the two CUDA kernels, where NVRTC is installed), else the Triton kernels;
+    on a CPU tensor as for ``transpose``.
     """
     if torch.compiler.is_compiling():
         dims = list(dims) if isinstance(dims, (tuple, list)) else dims
@@ -43,7 +53,7 @@ def _permute(x, dims, out, backend):
     if not isinstance(backend, str) or backend not in PERMUTE_BACKENDS:
         raise ValueError(f"backend must be one of {PERMUTE_BACKENDS} for permute, got {backend!r}")
     # The tuning table's auto choice is for 2-D cases; an N-D permute on a GPU runs the permute kernels.
-    if backend == "cuda-realign":
+    if backend in CUDA_PERMUTE_BACKENDS:
         chosen = backend
     else:
         chosen = resolve_backend(x, "triton" if backend == "auto" and x.device.type == "cuda" else backend)
@@ -63,10 +73,10 @@ def _permute(x, dims, out, backend):
         out.copy_(x.permute(dims))  # (moves out's version counter itself)
         return out
     p = _plan_permute(tuple(x.shape), tuple(x.stride()), dims, x.element_size())
-    if chosen == "cuda-realign":
-        reason = realign_refusal(x, p)
+    if chosen in CUDA_PERMUTE_BACKENDS:
+        reason = permute_refusal(chosen, x, p)
         if reason is not None:  # refused before anything is written
-            raise ValueError(f"backend='cuda-realign' cannot take this call: {reason} (backend='auto' picks "
+            raise ValueError(f"backend={chosen!r} cannot take this call: {reason} (backend='auto' picks "
                              "another kernel for it)")  # fmt: skip
     on_device_of(x, launch_permute, x, out, p, backend)
     if given:

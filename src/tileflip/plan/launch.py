@@ -25,6 +25,15 @@ REALIGN_TILE = (64, 256)
 REALIGN_HALO = 32
 
 
+# The thin-transpose CUDA kernel (kernels/cuda/permute_thin.cu): a warp's piece of each row (16 bytes a
+# lane), the output's fastest dimension it turns around in registers (at most 16 bytes), its warps a
+# block, and the batch dimensions its decode holds.
+THIN_ROW_BYTES = 512
+THIN_MAX_S_BYTES = 16
+THIN_WARPS = 4
+THIN_BATCH_DIMS = 6
+
+
 def realign_tile(element_size: int) -> tuple[int, int]:
     """(A, B) in elements of a realigned-store block: 64 bytes of each input row, 256 rows."""
     return REALIGN_TILE[0] // element_size, REALIGN_TILE[1]
@@ -388,3 +397,71 @@ def realign_grid(sizes, go: PermuteLaunch, element_size: int) -> tuple[int, int,
     step, ta = go.blocks  # (B, A) in elements: realign_tile's
     tiles_a, tiles_b = cdiv(size_a, ta), cdiv(size_b + (REALIGN_HALO - 1) // element_size, step)
     return tiles_a, tiles_b, tiles_a * tiles_b * go.batch
+
+
+@dataclass(frozen=True)
+class ThinLaunch:
+    """A thin transpose's launch on the CUDA kernel of ``permute_thin.cu``: the output (batch, N, S) is
+    contiguous, each of its S input rows per batch index holds N contiguous elements.
+
+    ``rows`` = S (compiled into the kernel); ``lanes`` a row takes (a power of two: a warp moves the rows
+    of 32 // lanes consecutive batch indices); ``chunks`` pieces of THIN_ROW_BYTES a row takes; ``batch``
+    indices over ``batch_dims`` (merged dimensions, innermost first); ``items`` warp items (chunks x row
+    groups); ``blocks`` of THIN_WARPS warps, each striding over the items.
+    """
+
+    rows: int
+    lanes: int
+    chunks: int
+    batch: int
+    batch_dims: tuple
+    items: int
+    blocks: int
+
+
+def thin_launch(sizes, in_strides, element_size: int, max_blocks: int) -> ThinLaunch | None:
+    """The thin-transpose launch of merged ``sizes`` / ``in_strides`` (output order), or None where the
+    kernel cannot take them: the output's fastest dimension S must be transposed (input stride not 1),
+    2 <= S and S * element_size <= THIN_MAX_S_BYTES, the next one (N) must have input stride 1, a batch
+    index's output (N x S) must span 16 bytes or more, the batch at most THIN_BATCH_DIMS dimensions, and
+    its indices and the warp items within 32 bits."""
+    last = len(sizes) - 1
+    if element_size not in (1, 2) or last < 1 or in_strides[last] == 1 or in_strides[last - 1] != 1:
+        return None
+    s = sizes[last]
+    if s < 2 or s * element_size > THIN_MAX_S_BYTES or last - 1 > THIN_BATCH_DIMS:
+        return None
+    n = sizes[last - 1]
+    row = n * element_size
+    if row * s < 16:  # a batch index's output shorter than the 16-byte words that write it
+        return None
+    lanes = 32 if row >= THIN_ROW_BYTES else pow2_ceil(cdiv(row, 16))
+    chunks = cdiv(n, THIN_ROW_BYTES // element_size)
+    batch = product(sizes[:last - 1])
+    items = chunks * cdiv(batch, 32 // lanes)
+    if batch >= INT32_LIMIT or items >= INT32_LIMIT // 2:
+        return None
+    blocks = min(cdiv(items, THIN_WARPS), max_blocks)
+    return ThinLaunch(s, lanes, chunks, batch, tuple(range(last - 2, -1, -1)), items, blocks)
+
+
+def thin_fill(sizes, go: ThinLaunch, element_size: int) -> float:
+    """The share of the lanes' 16-byte pieces of launch ``go`` that hold elements of a row: a row's last
+    piece of THIN_ROW_BYTES, or its row groups' lanes where a row is shorter (and the last group's unused
+    batch indices)."""
+    n = sizes[-2]
+    if go.chunks > 1:
+        return n / (go.chunks * (THIN_ROW_BYTES // element_size))
+    per_group = 32 // go.lanes
+    return n * element_size / (16 * go.lanes) * go.batch / (cdiv(go.batch, per_group) * per_group)
+
+
+def thin_fields(sizes, in_strides, go: ThinLaunch) -> tuple:
+    """The kernel's ``Params`` (permute_thin.cu), field for field: N, S's input stride, batch, chunks,
+    items, lanes, batch dimensions, and their sizes and input strides (innermost first, padded to
+    THIN_BATCH_DIMS)."""
+    pad = (0,) * (THIN_BATCH_DIMS - len(go.batch_dims))
+    return (
+        sizes[-2], in_strides[-1], go.batch, go.chunks, go.items, go.lanes, len(go.batch_dims),
+        tuple(sizes[d] for d in go.batch_dims) + pad, tuple(in_strides[d] for d in go.batch_dims) + pad,
+    )  # fmt: skip

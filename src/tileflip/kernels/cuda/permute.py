@@ -1,6 +1,6 @@
 """Launcher of the CUDA C++ permute in ``permute_realign.cu`` (compiled by NVRTC on first use): 1- and 2-byte
 permutes whose input and output rows start at any element, read as aligned 16-byte words and written as
-whole aligned 32-byte sectors, on the launches ``tileflip.tuning.realign_launch`` gives it.
+whole aligned 32-byte sectors, on the launches ``tileflip.tuning.permute_strategy`` picks for it.
 
 ``launch(x, out, plan, go)`` is called once every argument check is done (``out`` contiguous, not
 overlapping ``x``); ``params_of`` says whether the kernel holds the launch's decodes.

@@ -1,0 +1,205 @@
+// Thin transposes of 1- and 2-byte elements: out (batch, N, S) contiguous from input rows of N contiguous
+// elements, one row per index b < S of the output's fastest dimension (S * E <= 16, compiled in).
+//
+// A warp takes 512 bytes of each of the S rows of one batch index, or, where a row is shorter, the rows of
+// 32 / lanes consecutive batch indices (whose outputs are adjacent, the output being contiguous). Each lane
+// loads 16 bytes of each of its S rows (aligned words shifted into place with the next lane's word), turns
+// the S x 16 bytes around in registers with byte permutations whose selectors are compile-time constants,
+// and stages its 16 * S output bytes in shared memory; the warp then writes its whole output range as
+// aligned 16-byte words. Every access but the range's two ends is a whole 16-byte word.
+typedef unsigned char tf_u8;
+typedef unsigned short tf_u16;
+typedef unsigned int tf_u32;
+typedef unsigned long long tf_u64;
+typedef long long tf_i64;
+
+namespace tileflip_thin {
+
+constexpr int WARPS = 4;
+constexpr int ROW_BYTES = 512;  // a warp's piece of a row: 16 bytes a lane
+
+struct Params {
+    tf_i64 n;      // elements of each row (N)
+    tf_i64 st_b;   // input stride of the output's fastest dimension (elements)
+    tf_i64 batch;  // batch indices: the product of the batch dimensions' sizes (< 2**31)
+    int chunks;    // pieces of ROW_BYTES a row takes
+    int items;     // chunks x row groups
+    int lanes;     // lanes a row takes: a power of two, 32 where a row spans more than 256 bytes
+    int nn;        // batch dimensions
+    tf_i64 n_sizes[6], n_in[6];  // the batch dimensions, innermost first: sizes, input strides (elements)
+};
+
+__device__ __forceinline__ uint4 shifted(const uint4 lo, const uint4 hi, const int off) {
+    tf_u32 w0 = lo.x, w1 = lo.y, w2 = lo.z, w3 = lo.w, w4 = hi.x, w5 = hi.y, w6 = hi.z, w7 = hi.w;
+    if (off & 8) { w0 = w2; w1 = w3; w2 = w4; w3 = w5; w4 = w6; w5 = w7; }
+    if (off & 4) { w0 = w1; w1 = w2; w2 = w3; w3 = w4; w4 = w5; }
+    const tf_u32 sh = static_cast<tf_u32>(off & 3) * 8;
+    return make_uint4(__funnelshift_r(w0, w1, sh), __funnelshift_r(w1, w2, sh), __funnelshift_r(w2, w3, sh),
+                      __funnelshift_r(w3, w4, sh));
+}
+
+__device__ __forceinline__ tf_u32 word_of(const uint4 w, const int i) {
+    return i == 0 ? w.x : i == 1 ? w.y : i == 2 ? w.z : w.w;
+}
+
+// Byte j (0..3) of word w of a lane's 16 * S output bytes (16 / E elements of a row, S outputs each): the
+// row b it comes from and its byte in that row's 16 loaded bytes.
+template <int S, int E>
+__device__ __forceinline__ constexpr int src_row(const int w, const int j) { return ((4 * w + j) / E) % S; }
+template <int S, int E>
+__device__ __forceinline__ constexpr int src_byte(const int w, const int j) {
+    return ((4 * w + j) / E) / S * E + (4 * w + j) % E;
+}
+
+template <int S, int E>
+__device__ __forceinline__ tf_u32 out_word(const uint4 (&v)[S], const int w) {
+    const tf_u32 x0 = word_of(v[src_row<S, E>(w, 0)], src_byte<S, E>(w, 0) >> 2);
+    const tf_u32 x1 = word_of(v[src_row<S, E>(w, 1)], src_byte<S, E>(w, 1) >> 2);
+    const tf_u32 x2 = word_of(v[src_row<S, E>(w, 2)], src_byte<S, E>(w, 2) >> 2);
+    const tf_u32 x3 = word_of(v[src_row<S, E>(w, 3)], src_byte<S, E>(w, 3) >> 2);
+    const tf_u32 lo = __byte_perm(x0, x1, (src_byte<S, E>(w, 0) & 3) | ((4 + (src_byte<S, E>(w, 1) & 3)) << 4));
+    const tf_u32 hi = __byte_perm(x2, x3, (src_byte<S, E>(w, 2) & 3) | ((4 + (src_byte<S, E>(w, 3) & 3)) << 4));
+    return __byte_perm(lo, hi, 0x5410);
+}
+
+// The input offset (elements) of batch index g.
+__device__ __forceinline__ tf_i64 batch_offset(const tf_u32 g, const Params& p) {
+    tf_u32 rest = g;
+    tf_i64 off = 0;
+    for (int d = 0; d < p.nn - 1; ++d) {
+        const tf_u32 size = static_cast<tf_u32>(p.n_sizes[d]);
+        const tf_u32 q = rest / size;
+        off += static_cast<tf_i64>(rest - q * size) * p.n_in[d];
+        rest = q;
+    }
+    return p.nn > 0 ? off + static_cast<tf_i64>(rest) * p.n_in[p.nn - 1] : 0;
+}
+
+// Bytes 0 .. 15 of the staged output from byte `from` on (any alignment): five words funnel-shifted.
+__device__ __forceinline__ uint4 staged_word(const tf_u8* sm, const int from) {
+    const tf_u32* src = reinterpret_cast<const tf_u32*>(sm + (from & ~3));
+    const tf_u32 sh = static_cast<tf_u32>(from & 3) * 8;
+    const tf_u32 w0 = src[0], w1 = src[1], w2 = src[2], w3 = src[3], w4 = src[4];
+    return make_uint4(__funnelshift_r(w0, w1, sh), __funnelshift_r(w1, w2, sh), __funnelshift_r(w2, w3, sh),
+                      __funnelshift_r(w3, w4, sh));
+}
+
+// Word i of a's first `cut` bytes followed by b's: byte j from a where j < cut - 4 i, else from b.
+__device__ __forceinline__ tf_u32 merged(const tf_u32 a, const tf_u32 b, const int cut) {
+    if (cut >= 4) return a;
+    if (cut <= 0) return b;
+    const tf_u32 low = (1u << (4 * cut)) - 1;
+    return __byte_perm(a, b, (0x3210u & low) | (0x7654u & ~low));
+}
+
+template <int S, int E>
+__device__ __forceinline__ void thin(const tf_u8* __restrict__ in, tf_u8* __restrict__ out, const Params& p) {
+    // 16 bytes before each warp's stage: a word whose first bytes lie before the range reads them there
+    __shared__ __align__(16) tf_u8 stage[WARPS][16 + ROW_BYTES * S + 32];
+    const int lane = threadIdx.x & 31;
+    const int warp = threadIdx.x >> 5;
+    const int L = p.lanes, G = 32 / p.lanes;
+    const int gi = lane / L, k = lane % L;  // the lane's row group and its piece of the row
+    tf_u8* sm = stage[warp] + 16;
+    for (int item = blockIdx.x * WARPS + warp; item < p.items; item += gridDim.x * WARPS) {
+        const int c = item % p.chunks;
+        const tf_i64 g0 = static_cast<tf_i64>(item / p.chunks) * G;
+        const bool mine = g0 + gi < p.batch;
+        const tf_i64 in_n = mine ? batch_offset(static_cast<tf_u32>(g0 + gi), p) : 0;
+        const tf_i64 a0 = static_cast<tf_i64>(c) * (ROW_BYTES / E);
+        const int valid = static_cast<int>(E * (p.n - a0 < ROW_BYTES / E ? p.n - a0 : ROW_BYTES / E));
+        const bool own = k == L - 1 || 16 * k + 16 >= valid;  // loads the word after its piece itself
+        // Every load of the item is issued before any is used: one memory latency an item, not S.
+        uint4 lo[S], hi[S];
+        int off[S];
+#pragma unroll
+        for (int b = 0; b < S; ++b) {
+            const tf_u64 at = reinterpret_cast<tf_u64>(in) + E * (in_n + b * p.st_b + a0);
+            off[b] = static_cast<int>(at & 15);
+            const uint4* word = reinterpret_cast<const uint4*>(at - off[b]) + k;
+            lo[b] = mine && 16 * k - off[b] < valid ? word[0] : make_uint4(0, 0, 0, 0);
+            hi[b] = mine && own && 16 * k + 16 - off[b] < valid ? word[1] : make_uint4(0, 0, 0, 0);
+        }
+        uint4 v[S];
+#pragma unroll
+        for (int b = 0; b < S; ++b) {
+            uint4 next;
+            next.x = __shfl_down_sync(0xffffffffu, lo[b].x, 1);
+            next.y = __shfl_down_sync(0xffffffffu, lo[b].y, 1);
+            next.z = __shfl_down_sync(0xffffffffu, lo[b].z, 1);
+            next.w = __shfl_down_sync(0xffffffffu, lo[b].w, 1);
+            v[b] = shifted(lo[b], own ? hi[b] : next, off[b]);
+        }
+        // The lane's output bytes at 16 * S * lane: a group's slot of 16 * S * L bytes holds its output.
+        uint4* dst = reinterpret_cast<uint4*>(sm + 16 * S * lane);
+#pragma unroll
+        for (int q = 0; q < S; ++q) {
+            dst[q] = make_uint4(out_word<S, E>(v, 4 * q), out_word<S, E>(v, 4 * q + 1), out_word<S, E>(v, 4 * q + 2),
+                                out_word<S, E>(v, 4 * q + 3));
+        }
+        __syncwarp();
+        // The groups' outputs are adjacent: one range of ng * len bytes from o0, written as the aligned
+        // 16-byte words that cover it (a word takes bytes of at most two groups: len >= 16).
+        const int ng = static_cast<int>(p.batch - g0 < G ? p.batch - g0 : G);
+        const int len = valid * S;
+        const int total = ng * len;
+        const int slot = 16 * S * L;
+        const tf_u64 o0 = reinterpret_cast<tf_u64>(out) + E * (g0 * p.n * S + a0 * S);
+        const int m = static_cast<int>(o0 & 15);
+        const int words = (m + total + 15) >> 4;
+        int h = 0, end = len;  // the group of the word's first byte (0 before the range), where it ends
+        for (int kk = lane; kk < words; kk += 32) {
+            const int first = 16 * kk - m;  // the word's first byte as a place in the range
+            while (first >= end) {
+                ++h;
+                end += len;
+            }
+            uint4 word = staged_word(sm, slot * h + first - (end - len));
+            if (first + 16 > end && end < total) {  // its last bytes are the next group's first
+                const uint4 next = staged_word(sm, slot * (h + 1) + first - end);
+                const int cut = end - first;
+                word = make_uint4(merged(word.x, next.x, cut), merged(word.y, next.y, cut - 4),
+                                  merged(word.z, next.z, cut - 8), merged(word.w, next.w, cut - 12));
+            }
+            tf_u8* g = reinterpret_cast<tf_u8*>(o0 - m) + 16 * kk;
+            if (first >= 0 && first + 16 <= total) {
+                *reinterpret_cast<uint4*>(g) = word;
+                continue;
+            }
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {  // the range's first or last word: its bytes in the range
+                const tf_u32 x = word_of(word, i);
+                const int from = first + 4 * i;
+                if (from >= 0 && from + 4 <= total) {
+                    *reinterpret_cast<tf_u32*>(g + 4 * i) = x;
+                    continue;
+                }
+                for (int j = 0; j < 4; j += E) {
+                    if (from + j < 0 || from + j >= total) continue;
+                    if (E == 1) g[4 * i + j] = static_cast<tf_u8>(x >> (8 * j));
+                    else *reinterpret_cast<tf_u16*>(g + 4 * i + j) = static_cast<tf_u16>(x >> (8 * j));
+                }
+            }
+        }
+        __syncwarp();
+    }
+}
+
+}  // namespace tileflip_thin
+
+// One kernel per element size and S: permute_thin_u8_<S> (S = 2..16), permute_thin_u16_<S> (S = 2..8).
+#define TILEFLIP_THIN_KERNEL(S, E, T)                                                                     \
+    extern "C" __global__ void __launch_bounds__(128)                                                      \
+        permute_thin_##T##_##S(const tf_u8* __restrict__ in, tf_u8* __restrict__ out,                      \
+                               const tileflip_thin::Params p) {                                            \
+        tileflip_thin::thin<S, E>(in, out, p);                                                            \
+    }
+
+TILEFLIP_THIN_KERNEL(2, 1, u8) TILEFLIP_THIN_KERNEL(3, 1, u8) TILEFLIP_THIN_KERNEL(4, 1, u8)
+TILEFLIP_THIN_KERNEL(5, 1, u8) TILEFLIP_THIN_KERNEL(6, 1, u8) TILEFLIP_THIN_KERNEL(7, 1, u8)
+TILEFLIP_THIN_KERNEL(8, 1, u8) TILEFLIP_THIN_KERNEL(9, 1, u8) TILEFLIP_THIN_KERNEL(10, 1, u8)
+TILEFLIP_THIN_KERNEL(11, 1, u8) TILEFLIP_THIN_KERNEL(12, 1, u8) TILEFLIP_THIN_KERNEL(13, 1, u8)
+TILEFLIP_THIN_KERNEL(14, 1, u8) TILEFLIP_THIN_KERNEL(15, 1, u8) TILEFLIP_THIN_KERNEL(16, 1, u8)
+TILEFLIP_THIN_KERNEL(2, 2, u16) TILEFLIP_THIN_KERNEL(3, 2, u16) TILEFLIP_THIN_KERNEL(4, 2, u16)
+TILEFLIP_THIN_KERNEL(5, 2, u16) TILEFLIP_THIN_KERNEL(6, 2, u16) TILEFLIP_THIN_KERNEL(7, 2, u16)
+TILEFLIP_THIN_KERNEL(8, 2, u16)
