@@ -21,6 +21,8 @@ RESULTS = ROOT / "benchmarks" / "results"
 # What a reader needs to read a suite's table, beyond the method.
 NOTES = {
     "permute-random": "Forty random permutes of ranks 3 to 6 in int8, bf16 and fp32, 64 to 512 MiB each.",
+    "permute-wide": "270 random permutes (seeds 1-3, ranks 3 to 6, each in int8, bf16 and fp32, 64 to 512 MiB) "
+                    "and 23 layouts from real models, measured in parts (`--part K/N`) merged into one file.",
     "quantize": "Row-wise, column-wise or both outputs; torchao's figure for both is its two kernels back to back. "
                 "torch.compile compiles tileflip's plain-torch reference, one static graph a case.",
     "host": "Host time of one call on the CPU, in microseconds, with its parts measured alone.",
@@ -38,6 +40,7 @@ SUITES = [
     ("h200", "square", "Square transposes", "fraction of copy"),
     ("h200", "permute", "Named permutes", "fraction of copy"),
     ("h200", "permute-random", "Random permutes (random seed 0)", "fraction of copy"),
+    ("h200", "permute-wide", "Permutes from a wider generator", "fraction of copy"),
     ("h200", "cast", "fp8 cast-transpose", "fraction of copy"),
     ("h200", "quantize", "Block-scaled quantization", "fraction of copy"),
     ("h200", "host", "Host time per call", "microseconds"),
@@ -130,7 +133,8 @@ def render(results: Path = RESULTS) -> str:
         kind = suite if suite in ("quantize", "distributed", "host") else "cases"
         out += [f"## {title}", "", f"Device {data.get('gpu', folder)}, {data.get('date', '')}: "
                 f"`{data.get('command', '')}` wrote `benchmarks/results/{folder}/{suite}.json`. "
-                f"Each cell: {unit}." + (f" {NOTES[suite]}" if suite in NOTES else ""), ""]  # fmt: skip
+                f"Each cell: {unit}." + (f" {NOTES[suite]}" if suite in NOTES else "")
+                + (f" Parts merged so far: {', '.join(data['parts'])}." if data.get("parts") else ""), ""]  # fmt: skip
         out += table(data["records"], kind, unit)
         longer = [f"{other}-" for _, other, _, _ in SUITES if other.startswith(f"{suite}-")]
         plots = sorted(p.name for p in (results / folder).glob(f"{suite}-*.png")
