@@ -1,12 +1,13 @@
 """The CUDA kernel for thin 1- and 2-byte transposes (kernels/cuda/permute_thin.cu): the launches it can
-take (``plan.launch.thin_launch``), the strategy model that chooses it, its warps' work emulated on the
-CPU from the launcher's fields (shifted row loads, the byte permutations parsed from the .cu file, the
-staged output range written as aligned words) against ``x.permute``, and exact bits on the GPU."""
+take (``plan.launch.thin_launch``) and why it refuses the rest, the strategy model that chooses it, its
+warp's work emulated on the CPU from the launcher's fields with the .cu file's device functions
+(transliterated by ``device_source``) against ``x.permute``, and exact bits on the GPU."""
 
 import random
-import re
 from pathlib import Path
+from types import SimpleNamespace
 
+import device_source
 import numpy as np
 import pytest
 import torch
@@ -14,7 +15,7 @@ from helpers import assert_bits_equal, poisoned, random_bits
 
 import tileflip
 from tileflip import explain, plan, tuning
-from tileflip.plan.launch import THIN_ROW_BYTES, thin_fields, thin_fill
+from tileflip.plan.launch import THIN_ROW_BYTES, thin_fields, thin_fill, thin_refusal
 from tileflip.plan.permute import contiguous_strides
 
 CU_FILE = Path(tileflip.__file__).parent / "kernels" / "cuda" / "permute_thin.cu"
@@ -43,7 +44,8 @@ def test_the_kernel_takes_thin_transposes(shape, dims, element_size):
     assert go is not None
     assert p.in_strides[-2] == 1 and go.rows == p.sizes[-1] and go.rows * element_size <= 16
     assert sorted(go.batch_dims) == list(range(len(p.sizes) - 2))
-    assert go.lanes & (go.lanes - 1) == 0 and 16 * go.lanes * go.chunks >= p.sizes[-2] * element_size
+    row = p.sizes[-2] * element_size  # lanes: a power of two, the fewest whose 16-byte pieces hold a row
+    assert go.lanes & (go.lanes - 1) == 0 and (go.lanes == 32 or 8 * go.lanes < row <= 16 * go.lanes)
 
 
 @pytest.mark.parametrize(
@@ -59,6 +61,28 @@ def test_the_kernel_takes_thin_transposes(shape, dims, element_size):
 )  # fmt: skip
 def test_the_kernel_cannot_take(shape, dims, element_size, why):
     assert tuning.thin_candidate(_plan(shape, dims, element_size), element_size) is None, why
+
+
+@pytest.mark.parametrize(
+    "shape, dims, element_size, reason",
+    [
+        ((9, 1203), (1, 0), 4, "1- and 2-byte elements"),
+        ((30, 500), (1, 0), 1, "must span 2 to 16 bytes, not 30"),
+        ((5, 40, 7), (2, 1, 0), 1, "second-fastest dimension must have input stride 1"),
+        ((40, 3, 5), (0, 2, 1), 1, "16 bytes of output or more, not 15"),
+    ],
+)  # fmt: skip
+def test_refusals_name_the_condition_that_fails(shape, dims, element_size, reason):
+    p = _plan(shape, dims, element_size)
+    assert reason in thin_refusal(p.sizes, p.in_strides, element_size)
+    assert tuning.thin_candidate(p, element_size) is None
+
+
+def test_refusal_of_more_outer_dimensions_than_the_decode_holds():
+    # (ranks past 8 are refused before planning; merged sizes as the planner's API could be given them)
+    sizes, strides = (3,) * 7 + (40, 5), tuple(3**i * 400 for i in range(7, 0, -1)) + (1, 40)
+    assert "merge to at most 6, not 7" in thin_refusal(sizes, strides, 1)
+    assert thin_refusal(sizes[1:], strides[1:], 1) is None
 
 
 def test_fill_counts_the_lanes_pieces_that_hold_a_row():
@@ -97,92 +121,83 @@ def test_plan_text_names_the_thin_kernel():
 # --------------------------------------------------------------------------------------------------
 
 
-def _source_rules():
-    """src_row and src_byte of permute_thin.cu as Python functions of (S, E, w, j), parsed from the file."""
-    text = CU_FILE.read_text()
-    rules = {}
-    for name in ("src_row", "src_byte"):
-        body = re.search(name + r"\(const int w, const int j\) \{\s*return (.*?);", text, re.S).group(1)
-        rules[name] = eval("lambda S, E, w, j: " + body.replace("/", "//"))  # noqa: S307 (the repository's file)
-    return rules["src_row"], rules["src_byte"]
+def _device():
+    names = ("src_row", "src_byte", "shifted", "word_of", "out_word", "batch_offset", "staged_word", "merged",
+             "merged_words")
+    return device_source.device_functions(CU_FILE.read_text(), names)
 
 
-def _byte_perm(x: int, y: int, s: int) -> int:
-    pool = (x | y << 32).to_bytes(8, "little")
-    return int.from_bytes(bytes(pool[(s >> (4 * i)) & 7] for i in range(4)), "little")
+def _u4(data) -> object:
+    return device_source.U4(*(int.from_bytes(bytes(data[4 * i : 4 * i + 4]), "little") for i in range(4)))
 
 
-def _emulate(fields, S, E, mem_in, x_at, mem_out, out_at):
-    """The kernel's warps over every item, from its Params fields (thin_fields), on byte arrays: each lane's
-    loads of its S rows (aligned words, the next word from the next lane or itself), its 16 * S output
-    bytes made with the .cu file's byte permutations, staged, and the range written as 16-byte words."""
+def _emulate(fields, S, E, mem_in, x_span, mem_out, out_at):
+    """The kernel's warp over every item, from its Params fields (thin_fields), on byte arrays, with the
+    .cu file's device functions (transliterated): each lane's loads of its S rows (aligned words, the
+    next word from the next lane or itself, every one within the tensor's bytes ``x_span``), its 16 * S
+    output bytes staged, and the range written as 16-byte words from the stage, whose reads stay inside
+    it and which keeps the bytes of earlier items as shared memory does."""
+    dev = _device()
     n, st_b, batch, chunks, items, lanes, nn, n_sizes, n_in = fields
-    src_row, src_byte = _source_rules()
+    p = SimpleNamespace(nn=nn, n_sizes=n_sizes, n_in=n_in)
+    x_at = x_span[0]
     L, G = lanes, 32 // lanes
     written = np.zeros(mem_out.size, bool)
+    stage = bytearray(np.random.default_rng(0).integers(0, 256, 16 + THIN_ROW_BYTES * S + 32, np.uint8).tobytes())
+    sm = device_source.Ptr(stage, 16)
+
+    def load(at):
+        assert at + 16 > x_span[0] and at < x_span[1], "a load outside the tensor's bytes"
+        return _u4(mem_in[at : at + 16])
+
+    zero = device_source.U4(0, 0, 0, 0)
     for item in range(items):
         c, g0 = item % chunks, item // chunks * G
         a0 = c * (THIN_ROW_BYTES // E)
         valid = E * min(n - a0, THIN_ROW_BYTES // E)
-        lo = np.zeros((32, S, 16), np.uint8)
-        hi = np.zeros((32, S, 16), np.uint8)
-        off = np.zeros((32, S), int)
+        lo, hi, off = [[zero] * S for _ in range(32)], [[zero] * S for _ in range(32)], [[0] * S for _ in range(32)]
         for lane in range(32):
             gi, k = divmod(lane, L)
             mine = g0 + gi < batch
-            rest, in_n = g0 + gi, 0
-            for d in range(nn):
-                in_n += (rest % n_sizes[d] if d < nn - 1 else rest) * n_in[d]
-                rest //= n_sizes[d]
+            in_n = dev["batch_offset"](g0 + gi, p) if mine else 0
             own = k == L - 1 or 16 * k + 16 >= valid
             for b in range(S):
                 at = x_at + E * (in_n + b * st_b + a0)
-                o = off[lane, b] = at % 16
+                o = off[lane][b] = at & 15
                 word = at - o + 16 * k
                 if mine and 16 * k - o < valid:
-                    lo[lane, b] = mem_in[word : word + 16]
+                    lo[lane][b] = load(word)
                 if mine and own and 16 * k + 16 - o < valid:
-                    hi[lane, b] = mem_in[word + 16 : word + 32]
-        stage = np.zeros(THIN_ROW_BYTES * S + 32, np.uint8)
+                    hi[lane][b] = load(word + 16)
         for lane in range(32):
             k = lane % L
             own = k == L - 1 or 16 * k + 16 >= valid
-            words = []
-            for b in range(S):
-                nxt = hi[lane, b] if own else lo[(lane + 1) % 32, b]
-                v = np.concatenate([lo[lane, b], nxt])[off[lane, b] : off[lane, b] + 16].tobytes()
-                words.append([int.from_bytes(v[4 * i : 4 * i + 4], "little") for i in range(4)])
-            for w in range(4 * S):
-                x = [words[src_row(S, E, w, j)][src_byte(S, E, w, j) >> 2] for j in range(4)]
-                sel = [src_byte(S, E, w, j) & 3 for j in range(4)]
-                lo_w = _byte_perm(x[0], x[1], sel[0] | (4 + sel[1]) << 4)
-                hi_w = _byte_perm(x[2], x[3], sel[2] | (4 + sel[3]) << 4)
-                at = 16 * S * lane + 4 * w
-                stage[at : at + 4] = np.frombuffer(_byte_perm(lo_w, hi_w, 0x5410).to_bytes(4, "little"), np.uint8)
+            nxt = lane + 1 if lane < 31 else lane  # __shfl_down_sync: the last lane keeps its own
+            v = [dev["shifted"](lo[lane][b], hi[lane][b] if own else lo[nxt][b], off[lane][b]) for b in range(S)]
+            for q in range(S):
+                for i in range(4):
+                    at = 16 + 16 * S * lane + 16 * q + 4 * i
+                    stage[at : at + 4] = dev["out_word"](S, E, v, 4 * q + i).to_bytes(4, "little")
         ng, length = min(G, batch - g0), valid * S
         total, slot = ng * length, 16 * S * L
         o0 = out_at + E * (g0 * n * S + a0 * S)
-        m = o0 % 16
+        m = o0 & 15
         h, end = 0, length
-        pad = np.concatenate([np.zeros(16, np.uint8), stage])  # the 16 bytes before the stage
-
-        def staged(at):  # staged_word: 16 bytes from stage byte `at` (>= -16)
-            return pad[16 + at : 32 + at]
-
-        for kk in range((m + total + 15) // 16):
+        for kk in range((m + total + 15) >> 4):
             first = 16 * kk - m
             while first >= end:
                 h, end = h + 1, end + length
-            word = staged(slot * h + first - (end - length)).copy()
+            word = dev["staged_word"](sm, slot * h + first - (end - length))
             if first + 16 > end and end < total:
-                cut = end - first
-                word[cut:] = staged(slot * (h + 1) + first - end)[cut:]
-            for s in range(16):
-                if 0 <= first + s < total:
-                    dst = o0 - m + 16 * kk + s
-                    assert not written[dst], "a byte written twice"
-                    written[dst] = True
-                    mem_out[dst] = word[s]
+                word = dev["merged_words"](word, dev["staged_word"](sm, slot * (h + 1) + first - end), end - first)
+            for i in range(4):
+                x = dev["word_of"](word, i)
+                for j in range(4):
+                    if 0 <= first + 4 * i + j < total:
+                        dst = o0 - m + 16 * kk + 4 * i + j
+                        assert not written[dst], "a byte written twice"
+                        written[dst] = True
+                        mem_out[dst] = (x >> (8 * j)) & 0xFF
     return written
 
 
@@ -202,7 +217,8 @@ def _check(shape, dims, E, x_offset, out_offset, seed, strided=False):
     assert go is not None
     ref = x.permute(dims).contiguous().view(torch.uint8).reshape(-1).numpy()
     out = np.full(ref.size + 64, 0xA5, np.uint8)
-    written = _emulate(thin_fields(p.sizes, p.in_strides, go), go.rows, E, mem.numpy(), x_offset, out, out_offset)
+    span = (x_offset, x_offset + numel * E)
+    written = _emulate(thin_fields(p.sizes, p.in_strides, go), go.rows, E, mem.numpy(), span, out, out_offset)
     assert np.array_equal(out[out_offset : out_offset + ref.size], ref)
     assert written[out_offset : out_offset + ref.size].all() and written.sum() == ref.size
     return go
@@ -237,24 +253,33 @@ def test_emulated_warps_on_a_strided_batch(E):
 
 
 def test_the_merge_takes_the_first_bytes_of_one_word_and_the_rest_of_the_next():
-    body = re.search(r"tf_u32 merged\(.*?return __byte_perm\(a, b, (.*?)\);", CU_FILE.read_text(), re.S).group(1)
-    expr = body.replace("0x3210u", "0x3210").replace("0x7654u", "0x7654").replace("~low", "(~low & 0xFFFF)")
+    merged = _device()["merged"]
     a, b = 0x44332211, 0x88776655
-    for cut in (1, 2, 3):
-        low = (1 << (4 * cut)) - 1
-        selector = eval(expr, {"low": low})  # noqa: S307 (the repository's file)
-        want = a.to_bytes(4, "little")[:cut] + b.to_bytes(4, "little")[cut:]
-        assert _byte_perm(a, b, selector).to_bytes(4, "little") == want
+    for cut in range(-4, 9):
+        want = a.to_bytes(4, "little")[: max(cut, 0)] + b.to_bytes(4, "little")[max(cut, 0) :]
+        assert merged(a, b, cut).to_bytes(4, "little") == want[:4], cut
+
+
+def test_the_shifts_take_16_bytes_from_any_byte_of_two_words():
+    dev = _device()
+    data = bytes(range(1, 49))
+    for off in range(16):
+        got = dev["shifted"](_u4(data[:16]), _u4(data[16:32]), off)
+        assert b"".join(dev["word_of"](got, i).to_bytes(4, "little") for i in range(4)) == data[off : off + 16]
+    stage = bytearray(data)
+    for at in range(-16, 16):
+        got = dev["staged_word"](device_source.Ptr(stage, 16), at)
+        assert b"".join(dev["word_of"](got, i).to_bytes(4, "little") for i in range(4)) == data[16 + at : 32 + at]
 
 
 def test_the_byte_rules_turn_each_lanes_block_around():
-    src_row, src_byte = _source_rules()
+    dev = _device()
     for E, S in [(1, s) for s in range(2, 17)] + [(2, s) for s in range(2, 9)]:
         for w in range(4 * S):
             for j in range(4):
                 byte = 4 * w + j  # the lane's output byte: element a of the row, output b, byte e of it
                 a, b, e = byte // E // S, byte // E % S, byte % E
-                assert (src_row(S, E, w, j), src_byte(S, E, w, j)) == (b, E * a + e)
+                assert (dev["src_row"](S, E, w, j), dev["src_byte"](S, E, w, j)) == (b, E * a + e)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -356,8 +381,10 @@ def test_backend_cuda_thin_refuses_a_cpu_tensor_and_writes_nothing():
     "shape, dims, dtype, reason",
     [
         ((3, 500), (1, 0), torch.float32, "1- and 2-byte elements"),
-        ((30, 500), (1, 0), torch.int8, "thin side"),
-        ((30, 40, 50), (1, 0, 2), torch.int8, "thin side"),
+        ((30, 500), (1, 0), torch.int8, "must span 2 to 16 bytes, not 30"),
+        ((30, 40, 50), (1, 0, 2), torch.int8, "it transposes"),
+        ((5, 40, 7), (2, 1, 0), torch.int8, "second-fastest dimension must have input stride 1"),
+        ((40, 3, 5), (0, 2, 1), torch.int8, "16 bytes of output or more, not 15"),
     ],
 )  # fmt: skip
 def test_backend_cuda_thin_refuses_what_it_cannot_take(shape, dims, dtype, reason):

@@ -21,6 +21,7 @@ from functools import lru_cache
 import torch
 
 from tileflip import tuning
+from tileflip.plan.launch import thin_refusal
 
 BACKENDS = ("auto", "triton", "triton-gather", "cuda-naive", "cuda-tiled", "cuda-tiled-nopad", "cuda-vec", "torch")
 TRITON_BACKENDS = ("triton", "triton-gather")
@@ -166,11 +167,9 @@ def permute_refusal(backend: str, x, p) -> str | None:
     if not nvrtc_available():
         return NVRTC_MISSING
     if backend == "cuda-thin":
-        if _thin_candidate(p, es) is None:
-            return ("it transposes a thin side: the output's fastest dimension must span 2 to 16 bytes and have "
-                    "an input stride other than 1, the next one must have input stride 1, and the indices must "
-                    "fit 32 bits")  # fmt: skip
-        return None
+        if p.kind not in ("tiles", "transpose2d"):
+            return "it transposes: the output's fastest dimension must not be the input's"
+        return thin_refusal(p.sizes, p.in_strides, es)
     go = _realign_candidate(p, es) if p.kind in ("tiles", "transpose2d") else None
     if go is None or kernels("cuda.permute").params_of(p, go, es) is None:
         return ("it transposes: the output's fastest dimension must not be the input's, one input dimension must "

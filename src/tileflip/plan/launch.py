@@ -419,28 +419,45 @@ class ThinLaunch:
     blocks: int
 
 
+def thin_refusal(sizes, in_strides, element_size: int) -> str | None:
+    """Why the thin-transpose kernel cannot take merged ``sizes`` / ``in_strides`` (output order), or None."""
+    last = len(sizes) - 1
+    if element_size not in (1, 2):
+        return f"it moves 1- and 2-byte elements, got {element_size}-byte ones"
+    if last < 1 or in_strides[last] == 1:
+        return "it transposes: the output's fastest dimension must not be the input's"
+    if in_strides[last - 1] != 1:
+        return "the output's second-fastest dimension must have input stride 1"
+    s, row = sizes[last], sizes[last - 1] * element_size
+    if s < 2 or s * element_size > THIN_MAX_S_BYTES:
+        return f"the output's fastest dimension must span 2 to {THIN_MAX_S_BYTES} bytes, not {s * element_size}"
+    if row * s < 16:  # a batch index's output shorter than the 16-byte words that write it
+        return f"each index of the outer dimensions must own 16 bytes of output or more, not {row * s}"
+    if last - 1 > THIN_BATCH_DIMS:
+        return f"the outer dimensions must merge to at most {THIN_BATCH_DIMS}, not {last - 1}"
+    lanes = 32 if row >= THIN_ROW_BYTES else pow2_ceil(cdiv(row, 16))
+    batch = product(sizes[:last - 1])
+    items = cdiv(sizes[last - 1], THIN_ROW_BYTES // element_size) * cdiv(batch, 32 // lanes)
+    if batch >= INT32_LIMIT or items >= INT32_LIMIT // 2:
+        return "its indices must fit 32 bits"
+    return None
+
+
 def thin_launch(sizes, in_strides, element_size: int, max_blocks: int) -> ThinLaunch | None:
     """The thin-transpose launch of merged ``sizes`` / ``in_strides`` (output order), or None where the
-    kernel cannot take them: the output's fastest dimension S must be transposed (input stride not 1),
-    2 <= S and S * element_size <= THIN_MAX_S_BYTES, the next one (N) must have input stride 1, a batch
-    index's output (N x S) must span 16 bytes or more, the batch at most THIN_BATCH_DIMS dimensions, and
-    its indices and the warp items within 32 bits."""
+    kernel cannot take them (``thin_refusal`` says why): the output's fastest dimension S must be
+    transposed (input stride not 1), 2 <= S and S * element_size <= THIN_MAX_S_BYTES, the next one (N)
+    must have input stride 1, a batch index's output (N x S) must span 16 bytes or more, the batch at
+    most THIN_BATCH_DIMS dimensions, and its indices and the warp items within 32 bits."""
+    if thin_refusal(sizes, in_strides, element_size) is not None:
+        return None
     last = len(sizes) - 1
-    if element_size not in (1, 2) or last < 1 or in_strides[last] == 1 or in_strides[last - 1] != 1:
-        return None
-    s = sizes[last]
-    if s < 2 or s * element_size > THIN_MAX_S_BYTES or last - 1 > THIN_BATCH_DIMS:
-        return None
-    n = sizes[last - 1]
+    s, n = sizes[last], sizes[last - 1]
     row = n * element_size
-    if row * s < 16:  # a batch index's output shorter than the 16-byte words that write it
-        return None
     lanes = 32 if row >= THIN_ROW_BYTES else pow2_ceil(cdiv(row, 16))
     chunks = cdiv(n, THIN_ROW_BYTES // element_size)
     batch = product(sizes[:last - 1])
     items = chunks * cdiv(batch, 32 // lanes)
-    if batch >= INT32_LIMIT or items >= INT32_LIMIT // 2:
-        return None
     blocks = min(cdiv(items, THIN_WARPS), max_blocks)
     return ThinLaunch(s, lanes, chunks, batch, tuple(range(last - 2, -1, -1)), items, blocks)
 

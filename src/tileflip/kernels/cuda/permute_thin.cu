@@ -92,6 +92,12 @@ __device__ __forceinline__ tf_u32 merged(const tf_u32 a, const tf_u32 b, const i
     return __byte_perm(a, b, (0x3210u & low) | (0x7654u & ~low));
 }
 
+// The 16 bytes of a's first `cut` bytes followed by b's.
+__device__ __forceinline__ uint4 merged_words(const uint4 a, const uint4 b, const int cut) {
+    return make_uint4(merged(a.x, b.x, cut), merged(a.y, b.y, cut - 4), merged(a.z, b.z, cut - 8),
+                      merged(a.w, b.w, cut - 12));
+}
+
 template <int S, int E>
 __device__ __forceinline__ void thin(const tf_u8* __restrict__ in, tf_u8* __restrict__ out, const Params& p) {
     // 16 bytes before each warp's stage: a word whose first bytes lie before the range reads them there
@@ -156,10 +162,7 @@ __device__ __forceinline__ void thin(const tf_u8* __restrict__ in, tf_u8* __rest
             }
             uint4 word = staged_word(sm, slot * h + first - (end - len));
             if (first + 16 > end && end < total) {  // its last bytes are the next group's first
-                const uint4 next = staged_word(sm, slot * (h + 1) + first - end);
-                const int cut = end - first;
-                word = make_uint4(merged(word.x, next.x, cut), merged(word.y, next.y, cut - 4),
-                                  merged(word.z, next.z, cut - 8), merged(word.w, next.w, cut - 12));
+                word = merged_words(word, staged_word(sm, slot * (h + 1) + first - end), end - first);
             }
             tf_u8* g = reinterpret_cast<tf_u8*>(o0 - m) + 16 * kk;
             if (first >= 0 && first + 16 <= total) {
