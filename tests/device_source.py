@@ -1,15 +1,16 @@
 """The small ``__device__`` functions of a .cu file as Python functions, transliterated statement by
-statement from its text (declarations, if, counted for loops, ternaries, casts, 32-bit intrinsics), so
+statement from its text (declarations, if, counted for loops, ternaries, && and ||, casts, 32-bit intrinsics), so
 that a CPU emulation of a kernel runs the file's own arithmetic rather than a copy of it."""
 
 import re
 from types import SimpleNamespace
 
-TYPES = r"^(?:const\s+)?(?:tf_u32|tf_i64|tf_u8|int|uint4|bool)\s*\*?\s+"
+TYPES = r"^(?:const\s+)?(?:tf_u32|tf_u64|tf_i64|tf_u8|int|uint4|bool)\s*\*?\s+"
 SIGNATURES = {
     "src_row": "S, E, w, j", "src_byte": "S, E, w, j", "shifted": "lo, hi, off", "word_of": "w, i",
     "out_word": "S, E, v, w", "batch_offset": "g, p", "staged_word": "sm, from_", "merged": "a, b, cut",
-    "merged_words": "a, b, cut",
+    "merged_words": "a, b, cut", "quotient": "n, magic, shift", "row_offset": "r, p", "span": "at, lo, hi",
+    "row_word": "base, r, c, lo, hi, p",
 }
 
 
@@ -29,11 +30,14 @@ def _expr(e):
     e = re.sub(r"\b(0x[0-9a-fA-F]+|\d+)u\b", r"\1", e)
     e = re.sub(r"\b(src_row|src_byte)<S, E>\(", r"\1(S, E, ", e)
     e = re.sub(r"\bfrom\b", "from_", e)
-    e = e.replace(" / ", " // ").replace("make_uint4", "U4")
+    e = e.replace(" / ", " // ").replace("make_uint4", "U4").replace(" && ", " and ").replace(" || ", " or ")
     return _ternary(e.strip())
 
 
 def _ternary(e):
+    target = re.fullmatch(r"([\w.\[\]]+ [-+]?= )(.*)", e, re.S)  # an assignment's right-hand side
+    if target:
+        return target.group(1) + _ternary(target.group(2))
     m = re.fullmatch(r"(.*?) \? (.*?) : (.*)", e, re.S)
     return f"(({m.group(2)}) if ({m.group(1)}) else ({_ternary(m.group(3))}))" if m else e
 
@@ -95,7 +99,7 @@ def device_functions(source: str, names) -> dict:
     """The named ``__device__`` functions of ``source`` (a .cu file's text) as Python functions in a dict;
     SIGNATURES names their parameters."""
     source = re.sub(r"//[^\n]*", "", source)
-    env = {"U4": U4, "as_u32": as_u32, "__funnelshift_r": funnelshift_r, "__byte_perm": byte_perm}
+    env = {"U4": U4, "as_u32": as_u32, "__funnelshift_r": funnelshift_r, "__byte_perm": byte_perm, "__umulhi": umulhi}
     for name in names:
         m = re.search(r"\b" + name + r"\([^)]*\)[^{;]*\{", source)
         end = _balanced(source, m.end() - 1, "{", "}")
@@ -110,6 +114,10 @@ def U4(x, y, z, w):
 
 def funnelshift_r(lo, hi, sh):
     return (((hi & 0xFFFFFFFF) << 32 | (lo & 0xFFFFFFFF)) >> (sh & 31)) & 0xFFFFFFFF
+
+
+def umulhi(a, b):
+    return ((a & 0xFFFFFFFF) * (b & 0xFFFFFFFF)) >> 32
 
 
 def byte_perm(x, y, s):

@@ -21,8 +21,8 @@ pytest.importorskip("cuda.bindings", reason="the CUDA backend needs cuda-python:
 from tileflip.kernels.cuda import nvrtc  # noqa: E402 (after the importorskip)
 from tileflip.kernels.cuda import permute as cuda_permute  # noqa: E402
 from tileflip.kernels.cuda import quantize as cuda_quantize  # noqa: E402
-from tileflip.kernels.cuda import thin as cuda_thin  # noqa: E402
 from tileflip.kernels.cuda import transpose as cuda_transpose  # noqa: E402
+from tileflip.kernels.cuda import words as cuda_words  # noqa: E402
 
 ARCH = 90
 ITEMSIZE = {f"u{bits}": bits // 8 for bits in cuda_transpose.ELEMENT_BITS}
@@ -133,29 +133,40 @@ def test_nvrtc_compiles_the_realigned_permute():
     check_realign_cubin(cubins["permute_realign.cu"])
 
 
-def check_thin_cubin(elf: bytes) -> None:
+def check_words_cubin(elf: bytes) -> None:
     assert cubin_arch(elf) == ARCH
-    names = cuda_thin.kernel_names()
-    assert global_functions(elf) == set(names) and len(names) == 15 + 7
-    for name in names:  # four warps' staged output: 512 * S bytes and a word's reach on either side (sm_90
-        s = int(name.rsplit("_", 1)[1])  # cubins may count the 1 KiB the system reserves)
+    names = cuda_words.kernel_names()
+    assert global_functions(elf) == set(names) and len(names) == 15 + 7 + 1
+    for name in cuda_words.thin_kernel_names():  # four warps' staged output: 512 * S bytes and a word's
+        s = int(name.rsplit("_", 1)[1])  # reach on either side (sm_90 cubins may count the 1 KiB the system reserves)
         assert 0 <= static_shared_bytes(elf, name) - 4 * (16 + 512 * s + 32) <= 1024, name
+    assert static_shared_bytes(elf, cuda_words.SHIFT_KERNEL) <= 1024  # the row copy stages nothing
 
 
-def test_nvrtc_compiles_the_thin_permute():
-    cubins = cuda_thin.compile_cubin(ARCH, use_cache=False)
-    assert list(cubins) == ["permute_thin.cu"]
-    check_thin_cubin(cubins["permute_thin.cu"])
+def test_nvrtc_compiles_the_word_kernels():
+    cubins = cuda_words.compile_cubin(ARCH, use_cache=False)
+    assert list(cubins) == ["permute_words.cu"]
+    check_words_cubin(cubins["permute_words.cu"])
+
+
+def _declared_fields(struct_name: str) -> list[str]:
+    source = cuda_words.CU_FILE.read_text()
+    struct = re.search(r"struct " + struct_name + r" \{(.*?)\};", source, re.S).group(1)
+    declared = re.findall(r"^\s*(tf_i64|int) ([^;]*);", struct, re.M)
+    return [n.strip().split("[")[0] for _, group in declared for n in group.split(",")]
 
 
 def test_thin_params_match_the_kernels_struct():
-    # Params (permute_thin.cu): 3 int64, 4 int32, then 6 + 6 int64; the launcher fills it from thin_fields
-    assert ctypes.sizeof(cuda_thin._Params) == 3 * 8 + 4 * 4 + 12 * 8
-    source = cuda_thin.CU_FILE.read_text()
-    struct = re.search(r"struct Params \{(.*?)\};", source, re.S).group(1)
-    declared = re.findall(r"^\s*(tf_i64|int) ([^;]*);", struct, re.M)
-    names = [n.strip().split("[")[0] for _, group in declared for n in group.split(",")]
-    assert names == [name for name, _ in cuda_thin._Params._fields_]
+    # ThinParams: 3 int64, 4 int32, then 6 + 6 int64; the launcher fills it from thin_fields
+    assert ctypes.sizeof(cuda_words._ThinParams) == 3 * 8 + 4 * 4 + 12 * 8
+    assert _declared_fields("ThinParams") == [name for name, _ in cuda_words._ThinParams._fields_]
+
+
+def test_shift_params_match_the_kernels_struct():
+    # ShiftParams: 5 int64, 3 + 6 + 6 int32 (4 bytes of padding), then 6 + 6 int64; from shift_fields
+    assert ctypes.sizeof(cuda_words._ShiftParams) == 5 * 8 + 15 * 4 + 4 + 12 * 8
+    assert cuda_words._ShiftParams.sizes.offset == 5 * 8 + 15 * 4 + 4
+    assert _declared_fields("ShiftParams") == [name for name, _ in cuda_words._ShiftParams._fields_]
 
 
 def check_quantize_cubin(elf: bytes) -> None:
@@ -220,7 +231,7 @@ def test_thread_args_are_a_block_per_thread_with_pointers_to_its_fields():
 # each .cu file and the check of its cubin
 CU_FILES = {"transpose.cu": (cuda_transpose.CU_FILE, check_cubin),
             "permute_realign.cu": (cuda_permute.CU_FILE, check_realign_cubin),
-            "permute_thin.cu": (cuda_thin.CU_FILE, check_thin_cubin),
+            "permute_words.cu": (cuda_words.CU_FILE, check_words_cubin),
             "quantize.cu": (cuda_quantize.CU_FILE, check_quantize_cubin)}  # fmt: skip
 
 

@@ -1,4 +1,4 @@
-"""The CUDA kernel for thin 1- and 2-byte transposes (kernels/cuda/permute_thin.cu): the launches it can
+"""The CUDA kernel for thin 1- and 2-byte transposes (kernels/cuda/permute_words.cu): the launches it can
 take (``plan.launch.thin_launch``) and why it refuses the rest, the strategy model that chooses it, its
 warp's work emulated on the CPU from the launcher's fields with the .cu file's device functions
 (transliterated by ``device_source``) against ``x.permute``, and exact bits on the GPU."""
@@ -18,7 +18,7 @@ from tileflip import explain, plan, tuning
 from tileflip.plan.launch import THIN_ROW_BYTES, thin_fields, thin_fill, thin_refusal
 from tileflip.plan.permute import contiguous_strides
 
-CU_FILE = Path(tileflip.__file__).parent / "kernels" / "cuda" / "permute_thin.cu"
+CU_FILE = Path(tileflip.__file__).parent / "kernels" / "cuda" / "permute_words.cu"
 
 # (shape, dims) the kernel takes as int8 and as 2-byte elements: one long row (chunks of 512 bytes), rows
 # shorter than a warp's piece (row groups of 2 to 32 batch indices), batches of one to four dimensions
@@ -132,7 +132,7 @@ def _u4(data) -> object:
 
 
 def _emulate(fields, S, E, mem_in, x_span, mem_out, out_at):
-    """The kernel's warp over every item, from its Params fields (thin_fields), on byte arrays, with the
+    """The kernel's warp over every item, from its ThinParams fields (thin_fields), on byte arrays, with the
     .cu file's device functions (transliterated): each lane's loads of its S rows (aligned words, the
     next word from the next lane or itself, every one within the tensor's bytes ``x_span``), its 16 * S
     output bytes staged, and the range written as 16-byte words from the stage, whose reads stay inside

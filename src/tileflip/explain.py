@@ -3,7 +3,15 @@
 from __future__ import annotations
 
 from tileflip import plan, tuning
-from tileflip.plan.launch import THIN_ROW_BYTES, THIN_WARPS, product, realign_grid, realign_tile
+from tileflip.plan.launch import (
+    SHIFT_ITEM_BYTES,
+    SHIFT_WARPS,
+    THIN_ROW_BYTES,
+    THIN_WARPS,
+    product,
+    realign_grid,
+    realign_tile,
+)
 
 
 def plan_text(shape, *, block=None, dtype="float32", programs=12) -> str:
@@ -163,6 +171,9 @@ def _strategy_or(p, size, lines) -> list[str]:
     kernel could take plan ``p``, or that kernel's launch in front of them where it is chosen."""
     takes = size in tuning.REALIGN_SIZES and p.kind in ("tiles", "transpose2d")
     fractions = tuning.strategy_fractions(p, size) if takes else {}
+    shift = tuning.shift_candidate(p, size)
+    if shift is not None:
+        return [*lines, *_shift_lines(p, shift)]
     if len(fractions) < 2:
         return lines
     strategy, go = tuning.permute_strategy(p, size)
@@ -178,7 +189,7 @@ def _strategy_or(p, size, lines) -> list[str]:
                 f"the rows of {32 // go.lanes} batch indices a warp, {go.lanes} lanes a row")  # fmt: skip
         return [
             head,
-            "CUDA thin-transpose kernel (backend auto; kernels/cuda/permute_thin.cu):",
+            "CUDA thin-transpose kernel (backend auto; kernels/cuda/permute_words.cu):",
             f"  out (batch, {n}, {s}): {s} input rows of {n} contiguous elements per batch index, turned around "
             f"in registers ({s} compiled in)",
             f"  batch: {_axis(p, go.batch_dims)} = {go.batch}",
@@ -199,6 +210,18 @@ def _strategy_or(p, size, lines) -> list[str]:
         "written as aligned 16-byte pieces from a 32-byte boundary (its start is at any byte)",
         f"  grid: {realign_grid(p.sizes, go, size)[2]} blocks (1-D), consecutive blocks along A",
         *otherwise,
+    ]
+
+
+def _shift_lines(p, go) -> list[str]:
+    """The realigned row copy's launch of rows plan ``p``, which ``backend="cuda-shift"`` runs."""
+    return [
+        "backend cuda-shift can take it too (kernels/cuda/permute_words.cu; auto does not choose it, no figure "
+        "of it being measured yet): the realigned row copy,",
+        f"  {go.rows} rows of {go.row} B (outer {_axis(p, go.outer_dims)}), the output written as aligned 16 B "
+        "words, each shifted out of the aligned input words that hold its bytes",
+        f"  grid: {go.blocks} blocks of {32 * SHIFT_WARPS} threads striding over {go.items} warp items of "
+        f"{SHIFT_ITEM_BYTES} B",
     ]
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from tileflip.plan import launch as geometry
 from tileflip.plan.grid import TileConfig
-from tileflip.plan.launch import VECTOR_BYTES, PermuteLaunch, ThinLaunch, product, realign_tile
+from tileflip.plan.launch import VECTOR_BYTES, PermuteLaunch, ShiftLaunch, ThinLaunch, product, realign_tile
 
 TABLE_FILE = Path(__file__).with_name("data") / "tuning-h200.json"
 
@@ -260,6 +260,7 @@ REALIGN_WARPS = 9  # the kernel's 288 threads
 THIN_FRACTION = {1: 0.82, 2: 0.77}
 TILE_THIN_FRACTION = {1: {False: 0.74, True: 0.18}, 2: {False: 0.95, True: 0.24}}
 THIN_BLOCKS = 132 * 8
+SHIFT_BLOCKS = 132 * 8  # the realigned row copy's grid: 8 blocks of 4 warps an SM, striding over 2 KiB items
 
 
 def narrow_step(vector_bytes: int, load_bytes: int = 0, kept: bool = True, element_size: int = 0):
@@ -430,6 +431,15 @@ def thin_candidate(p, element_size: int) -> ThinLaunch | None:
     if p.kind not in ("tiles", "transpose2d"):
         return None
     return geometry.thin_launch(p.sizes, p.in_strides, element_size, THIN_BLOCKS)
+
+
+def shift_candidate(p, element_size: int) -> ShiftLaunch | None:
+    """The launch of plan ``p`` (kind rows) on the realigned row copy where it can take it
+    (``geometry.shift_launch``), else None. ``auto`` does not choose it: no figure of it is measured yet,
+    so the model has none to weigh (``backend="cuda-shift"`` runs it)."""
+    if p.kind != "rows":
+        return None
+    return geometry.shift_launch(p.sizes, p.in_strides, element_size, SHIFT_BLOCKS)
 
 
 def strategy_fractions(p, element_size: int) -> dict:

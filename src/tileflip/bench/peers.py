@@ -14,7 +14,8 @@ from tileflip.bench.cases import TILEFLIP_BACKENDS, Case
 XLA_CHILD = "tileflip.bench.xla_child"
 
 
-PERMUTE_STRATEGIES = ("auto", "triton", "cuda-realign", "cuda-thin")  # the permute backends a permute suite can time
+# the permute backends a permute suite can time
+PERMUTE_STRATEGIES = ("auto", "triton", "cuda-realign", "cuda-thin", "cuda-shift")
 
 
 def plan_of(x, perm):

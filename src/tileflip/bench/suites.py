@@ -110,7 +110,7 @@ def run(suite: str, *, part: str | None, quick: bool, rounds: int, backends: lis
     if suite in PERMUTE_SUITES:
         backends = [b for b in backends or ("auto", *PEERS) if b in (*PERMUTE_STRATEGIES, *PEERS)]
     else:
-        backends = [b for b in backends or (*TILEFLIP_BACKENDS, *PEERS) if b not in ("cuda-realign", "cuda-thin")]
+        backends = [b for b in backends or (*TILEFLIP_BACKENDS, *PEERS) if b not in PERMUTE_STRATEGIES[1:]]
     records = measure(cases, backends, rounds, quick, log)
     print(table(records))
     path = rec.write_results(records, results_name(suite, backends), out_dir, command, part=part)

@@ -50,8 +50,9 @@ def _part(text: str) -> str:
 
 def _backends(text: str) -> list[str]:
     from tileflip.bench.cases import PEERS, TILEFLIP_BACKENDS
+    from tileflip.bench.peers import PERMUTE_STRATEGIES
 
-    known = list(dict.fromkeys([*TILEFLIP_BACKENDS, "cuda-realign", "cuda-thin", *PEERS]))
+    known = list(dict.fromkeys([*TILEFLIP_BACKENDS, *PERMUTE_STRATEGIES, *PEERS]))
     names = [b for b in text.split(",") if b]
     unknown = [b for b in names if b not in known]
     if unknown or not names:
@@ -104,9 +105,9 @@ def main(argv: list[str]) -> int:
     p.add_argument("--rounds", type=_positive, default=3, help="interleaved rounds per case (default 3)")
     p.add_argument("--backends", type=_backends, default=None,
                    help="comma-separated (default: every backend and peer; permute suites: auto and the peers). "
-                        "Permute suites time auto, triton, cuda-realign and cuda-thin: more than one without "
-                        "peers is the strategy sweep, e.g. --suite permute-wide "
-                        "--backends auto,triton,cuda-realign,cuda-thin")  # fmt: skip
+                        "Permute suites time auto, triton, cuda-realign, cuda-thin and cuda-shift: more than "
+                        "one without peers is the strategy sweep, e.g. --suite permute-wide "
+                        "--backends auto,triton,cuda-realign,cuda-thin,cuda-shift")  # fmt: skip
     p.add_argument("--out", default=None, help=OUT_HELP + "; with --plot, the folder for the PNGs "
                    "(default: beside the file)")  # fmt: skip
     p.add_argument("--plot", metavar="FILE.json", help="draw PNG plots from a results file and exit")

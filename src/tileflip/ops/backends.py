@@ -21,13 +21,14 @@ from functools import lru_cache
 import torch
 
 from tileflip import tuning
-from tileflip.plan.launch import thin_refusal
+from tileflip.plan.launch import shift_refusal, thin_refusal
 
 BACKENDS = ("auto", "triton", "triton-gather", "cuda-naive", "cuda-tiled", "cuda-tiled-nopad", "cuda-vec", "torch")
 TRITON_BACKENDS = ("triton", "triton-gather")
 CUDA_BACKENDS = {"cuda-naive": "naive", "cuda-tiled": "tiled", "cuda-tiled-nopad": "tiled_nopad", "cuda-vec": "vec"}
-PERMUTE_BACKENDS = ("auto", "triton", "cuda-realign", "cuda-thin", "torch")
-CUDA_PERMUTE_BACKENDS = ("cuda-realign", "cuda-thin")  # the CUDA C++ permute kernels, refused where they cannot run
+PERMUTE_BACKENDS = ("auto", "triton", "cuda-realign", "cuda-thin", "cuda-shift", "torch")
+# the CUDA C++ permute kernels, refused where they cannot run
+CUDA_PERMUTE_BACKENDS = ("cuda-realign", "cuda-thin", "cuda-shift")
 
 _modules: dict = {}
 
@@ -162,6 +163,8 @@ def permute_refusal(backend: str, x, p) -> str | None:
     if not x.is_cuda:
         return f"it needs a CUDA tensor, but x is on {x.device}"
     es = x.element_size()
+    if backend == "cuda-shift":
+        return NVRTC_MISSING if not nvrtc_available() else shift_refusal(p.sizes, p.in_strides, es)
     if es not in tuning.REALIGN_SIZES:
         return f"it moves 1- and 2-byte elements, got {es}-byte ones"
     if not nvrtc_available():
@@ -178,22 +181,26 @@ def permute_refusal(backend: str, x, p) -> str | None:
 
 
 def launch_permute(x, out, p, backend: str = "triton") -> None:
-    """Run permute plan ``p`` on ``backend``: ``"cuda-realign"`` / ``"cuda-thin"`` (checked by
-    ``permute_refusal``) the CUDA kernel that realigns 1- and 2-byte rows / that turns thin sides around
-    in registers; ``"auto"`` the strategy the model picks (``tuning.permute_strategy``) where NVRTC is
-    there for a CUDA kernel; else the 2-D transpose kernel or the Triton permute kernels."""
+    """Run permute plan ``p`` on ``backend``: ``"cuda-realign"`` / ``"cuda-thin"`` / ``"cuda-shift"``
+    (checked by ``permute_refusal``) the CUDA kernel that realigns 1- and 2-byte rows / that turns thin
+    sides around in registers / that copies kept rows as realigned 16-byte words; ``"auto"`` the
+    strategy the model picks (``tuning.permute_strategy``) where NVRTC is there for a CUDA kernel; else
+    the 2-D transpose kernel or the Triton permute kernels."""
     es = x.element_size()
     if backend == "cuda-realign":
         strategy, go = "realign", _realign_candidate(p, es)
     elif backend == "cuda-thin":
         strategy, go = "thin", _thin_candidate(p, es)
+    elif backend == "cuda-shift":
+        strategy, go = "shift", _shift_candidate(p, es)
     elif backend == "auto" and x.is_cuda:
         strategy, go = _permute_strategy(p, es)
     else:
         strategy, go = "tile", None
     if go is not None and nvrtc_available():
-        if strategy == "thin":
-            kernels("cuda.thin").launch(x, out, p, go)
+        if strategy in ("thin", "shift"):
+            words = kernels("cuda.words")
+            (words.launch_thin if strategy == "thin" else words.launch_shift)(x, out, p, go)
             return
         cuda_permute = kernels("cuda.permute")
         if cuda_permute.params_of(p, go, es) is not None:
@@ -213,3 +220,4 @@ _permute_launch = lru_cache(maxsize=256)(tuning.permute_launch)
 _permute_strategy = lru_cache(maxsize=256)(tuning.permute_strategy)
 _realign_candidate = lru_cache(maxsize=256)(tuning.realign_candidate)
 _thin_candidate = lru_cache(maxsize=256)(tuning.thin_candidate)
+_shift_candidate = lru_cache(maxsize=256)(tuning.shift_candidate)

@@ -28,13 +28,15 @@ def permute(x: torch.Tensor, dims, out: torch.Tensor | None = None, *, backend: 
     a few fixed-rank kernels; ``tileflip plan --shape ... --perm ...`` prints the plan.
     Backends: ``"triton"`` (the Triton kernels; on a CPU tensor only under the interpreter),
     ``"cuda-realign"`` (the CUDA C++ kernel of ``kernels/cuda/permute_realign.cu`` for 1- and 2-byte
-    elements whose rows start at any element), ``"cuda-thin"`` (the CUDA C++ kernel of
-    ``kernels/cuda/permute_thin.cu`` for 1- and 2-byte permutes whose output's fastest dimension spans
-    2 to 16 bytes against an input-contiguous one); each refuses a call it cannot take, with the reason;
+    elements whose rows start at any element), ``"cuda-thin"`` (a CUDA C++ kernel of
+    ``kernels/cuda/permute_words.cu`` for 1- and 2-byte permutes whose output's fastest dimension spans
+    2 to 16 bytes against an input-contiguous one), ``"cuda-shift"`` (the realigned row copy of
+    ``permute_words.cu``: permutes that keep the input's contiguous dimension innermost, rows of 16 bytes
+    or more, any element size and alignment); each refuses a call it cannot take, with the reason;
     ``"torch"`` (``out.copy_(x.permute(dims))``) and ``"auto"``: on a GPU, for 1- and 2-byte
     transposing permutes, the strategy the model predicts fastest (``tuning.permute_strategy``: the
-    Triton kernels or one of the two CUDA kernels, where NVRTC is installed), else the Triton kernels;
-    on a CPU tensor as for ``transpose``.
+    Triton kernels, the realigned-store kernel or the thin kernel, where NVRTC is installed), else the
+    Triton kernels; on a CPU tensor as for ``transpose``.
     """
     if torch.compiler.is_compiling():
         dims = list(dims) if isinstance(dims, (tuple, list)) else dims

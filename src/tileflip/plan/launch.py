@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tileflip.plan.grid import cdiv
+from tileflip.plan.grid import cdiv, magic_divisor
 from tileflip.plan.permute import contiguous_strides
 
 MAX_AXIS_DIMS = 4  # merged dimensions an axis decodes (the kernel's decode holds up to four)
@@ -25,13 +25,21 @@ REALIGN_TILE = (64, 256)
 REALIGN_HALO = 32
 
 
-# The thin-transpose CUDA kernel (kernels/cuda/permute_thin.cu): a warp's piece of each row (16 bytes a
+# The thin-transpose CUDA kernel (kernels/cuda/permute_words.cu): a warp's piece of each row (16 bytes a
 # lane), the output's fastest dimension it turns around in registers (at most 16 bytes), its warps a
 # block, and the batch dimensions its decode holds.
 THIN_ROW_BYTES = 512
 THIN_MAX_S_BYTES = 16
 THIN_WARPS = 4
 THIN_BATCH_DIMS = 6
+
+# The realigned row copy (kernels/cuda/permute_words.cu, permute_shift_rows): output bytes a warp item
+# writes (32 lanes x 4 words of 16 bytes), its warps a block, the outer dimensions its decode holds, and
+# its row lengths (a 16-byte word spans at most two rows; a row's byte index and 2 KiB past it fit 31 bits).
+SHIFT_ITEM_BYTES = 2048
+SHIFT_WARPS = 4
+SHIFT_OUTER_DIMS = 6
+SHIFT_ROW_BYTES = (16, 2**30)
 
 
 def realign_tile(element_size: int) -> tuple[int, int]:
@@ -401,7 +409,7 @@ def realign_grid(sizes, go: PermuteLaunch, element_size: int) -> tuple[int, int,
 
 @dataclass(frozen=True)
 class ThinLaunch:
-    """A thin transpose's launch on the CUDA kernel of ``permute_thin.cu``: the output (batch, N, S) is
+    """A thin transpose's launch on the CUDA kernel of ``permute_words.cu``: the output (batch, N, S) is
     contiguous, each of its S input rows per batch index holds N contiguous elements.
 
     ``rows`` = S (compiled into the kernel); ``lanes`` a row takes (a power of two: a warp moves the rows
@@ -474,11 +482,71 @@ def thin_fill(sizes, go: ThinLaunch, element_size: int) -> float:
 
 
 def thin_fields(sizes, in_strides, go: ThinLaunch) -> tuple:
-    """The kernel's ``Params`` (permute_thin.cu), field for field: N, S's input stride, batch, chunks,
+    """The kernel's ``ThinParams`` (permute_words.cu), field for field: N, S's input stride, batch, chunks,
     items, lanes, batch dimensions, and their sizes and input strides (innermost first, padded to
     THIN_BATCH_DIMS)."""
     pad = (0,) * (THIN_BATCH_DIMS - len(go.batch_dims))
     return (
         sizes[-2], in_strides[-1], go.batch, go.chunks, go.items, go.lanes, len(go.batch_dims),
         tuple(sizes[d] for d in go.batch_dims) + pad, tuple(in_strides[d] for d in go.batch_dims) + pad,
+    )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class ShiftLaunch:
+    """A realigned row copy's launch on ``permute_words.cu``'s ``permute_shift_rows``: the output, ``rows``
+    rows of ``row`` bytes, contiguous; each row's bytes contiguous in the input, the rows' input offsets
+    decoded over ``outer_dims`` (merged dimensions, innermost first); ``items`` warp items of
+    SHIFT_ITEM_BYTES of output (enough for any output alignment), ``blocks`` of SHIFT_WARPS warps striding
+    over them."""
+
+    row: int
+    rows: int
+    outer_dims: tuple
+    items: int
+    blocks: int
+
+
+def shift_refusal(sizes, in_strides, element_size: int) -> str | None:
+    """Why the realigned row copy cannot take merged ``sizes`` / ``in_strides`` (output order), or None."""
+    last = len(sizes) - 1
+    if last < 1 or in_strides[last] != 1:
+        return "it copies rows: the output's fastest dimension must be the input's contiguous one"
+    row = sizes[last] * element_size
+    if not SHIFT_ROW_BYTES[0] <= row < SHIFT_ROW_BYTES[1]:
+        return f"rows must span {SHIFT_ROW_BYTES[0]} bytes to 2**30 bytes, not {row}"
+    if last > SHIFT_OUTER_DIMS:
+        return f"the outer dimensions must merge to at most {SHIFT_OUTER_DIMS}, not {last}"
+    if product(sizes[:last]) >= INT32_LIMIT:
+        return "its row indices must fit 31 bits"
+    return None
+
+
+def shift_launch(sizes, in_strides, element_size: int, max_blocks: int) -> ShiftLaunch | None:
+    """The realigned row copy's launch of merged ``sizes`` / ``in_strides`` (output order), or None where
+    it cannot take them (``shift_refusal`` says why)."""
+    if shift_refusal(sizes, in_strides, element_size) is not None:
+        return None
+    last = len(sizes) - 1
+    row, rows = sizes[last] * element_size, product(sizes[:last])
+    items = cdiv(cdiv(row * rows + 30, 16), SHIFT_ITEM_BYTES // 16)  # words from any of 16 output alignments
+    blocks = min(cdiv(items, SHIFT_WARPS), max_blocks)
+    return ShiftLaunch(row, rows, tuple(range(last - 1, -1, -1)), items, blocks)
+
+
+def shift_fields(sizes, in_strides, go: ShiftLaunch, element_size: int) -> tuple:
+    """The kernel's ``ShiftParams`` (permute_words.cu), field for field: R, the output's bytes, items, the
+    grid's stride in rows and bytes past them, the outer dimensions, R's division constants, each outer
+    size's (its outermost's unused), and the outer sizes and input strides in bytes (innermost first,
+    padded to SHIFT_OUTER_DIMS)."""
+    step_rows, step_cols = divmod(SHIFT_ITEM_BYTES * SHIFT_WARPS * go.blocks, go.row)
+    nn = len(go.outer_dims)
+    outer = [sizes[d] for d in go.outer_dims]
+    divisors = [magic_divisor(s) if s >= 2 else (0, 0) for s in outer[:-1]] + [(0, 0)]
+    pad = SHIFT_OUTER_DIMS - nn
+    row_magic, row_shift = magic_divisor(go.row)
+    return (
+        go.row, go.row * go.rows, go.items, step_rows, step_cols, nn, row_magic, row_shift,
+        tuple(m for m, _ in divisors) + (0,) * pad, tuple(s for _, s in divisors) + (0,) * pad,
+        tuple(outer) + (0,) * pad, tuple(in_strides[d] * element_size for d in go.outer_dims) + (0,) * pad,
     )  # fmt: skip

@@ -1,6 +1,9 @@
-// Thin transposes of 1- and 2-byte elements: out (batch, N, S) contiguous from input rows of N contiguous
-// elements, one row per index b < S of the output's fastest dimension (S * E <= 16, compiled in).
+// Kernels that move whole aligned 16-byte words on both sides, shifted or permuted into place in registers:
+// thin transposes of 1- and 2-byte elements (permute_thin_*), and the rows of permutes that keep the
+// input's contiguous dimension innermost, whatever their alignments (permute_shift_rows).
 //
+// Thin transposes: out (batch, N, S) contiguous from input rows of N contiguous elements, one row per
+// index b < S of the output's fastest dimension (S * E <= 16, compiled in).
 // A warp takes 512 bytes of each of the S rows of one batch index, or, where a row is shorter, the rows of
 // 32 / lanes consecutive batch indices (whose outputs are adjacent, the output being contiguous). Each lane
 // loads 16 bytes of each of its S rows (aligned words shifted into place with the next lane's word), turns
@@ -13,12 +16,12 @@ typedef unsigned int tf_u32;
 typedef unsigned long long tf_u64;
 typedef long long tf_i64;
 
-namespace tileflip_thin {
+namespace tileflip_words {
 
 constexpr int WARPS = 4;
 constexpr int ROW_BYTES = 512;  // a warp's piece of a row: 16 bytes a lane
 
-struct Params {
+struct ThinParams {
     tf_i64 n;      // elements of each row (N)
     tf_i64 st_b;   // input stride of the output's fastest dimension (elements)
     tf_i64 batch;  // batch indices: the product of the batch dimensions' sizes (< 2**31)
@@ -63,7 +66,7 @@ __device__ __forceinline__ tf_u32 out_word(const uint4 (&v)[S], const int w) {
 }
 
 // The input offset (elements) of batch index g.
-__device__ __forceinline__ tf_i64 batch_offset(const tf_u32 g, const Params& p) {
+__device__ __forceinline__ tf_i64 batch_offset(const tf_u32 g, const ThinParams& p) {
     tf_u32 rest = g;
     tf_i64 off = 0;
     for (int d = 0; d < p.nn - 1; ++d) {
@@ -99,7 +102,7 @@ __device__ __forceinline__ uint4 merged_words(const uint4 a, const uint4 b, cons
 }
 
 template <int S, int E>
-__device__ __forceinline__ void thin(const tf_u8* __restrict__ in, tf_u8* __restrict__ out, const Params& p) {
+__device__ __forceinline__ void thin(const tf_u8* __restrict__ in, tf_u8* __restrict__ out, const ThinParams& p) {
     // 16 bytes before each warp's stage: a word whose first bytes lie before the range reads them there
     __shared__ __align__(16) tf_u8 stage[WARPS][16 + ROW_BYTES * S + 32];
     const int lane = threadIdx.x & 31;
@@ -188,14 +191,120 @@ __device__ __forceinline__ void thin(const tf_u8* __restrict__ in, tf_u8* __rest
     }
 }
 
-}  // namespace tileflip_thin
+// ---------------------------------------------------------------------------------------------------
+// Realigned row copies: the output (rows x R bytes, contiguous) cut into the aligned 16-byte words that
+// cover it. A lane builds each of its words from the aligned input words that hold its bytes (one or two
+// from a row, and the next row's first where the word reaches past a row's end), funnel-shifted into
+// place, and stores it whole; only the range's two end words are written byte by byte. The copy is of
+// bytes: any element size, rows of R >= 16 bytes (a word spans at most two rows).
+// ---------------------------------------------------------------------------------------------------
+
+constexpr int SHIFT_WARPS = 4;
+constexpr int SHIFT_LANE_WORDS = 4;  // a lane's words an item, 32 apart: an item is 2 KiB of output
+
+struct ShiftParams {
+    tf_i64 row;        // bytes of each row: R, 16 <= R < 2**30
+    tf_i64 total;      // output bytes: rows x R (rows < 2**31)
+    tf_i64 items;      // warp items of 32 x SHIFT_LANE_WORDS output words
+    tf_i64 step_rows;  // the grid's stride over items, in output bytes: whole rows ...
+    tf_i64 step_cols;  // ... and the bytes past them
+    int nn;            // outer dimensions (1 to 6)
+    int row_magic;     // c / R == umulhi(c, row_magic) >> row_shift for c < 2**31
+    int row_shift;
+    int magic[6], shift[6];        // the same for each outer dimension's size
+    tf_i64 sizes[6], strides[6];   // outer dimensions, innermost first: sizes, input strides (bytes)
+};
+
+__device__ __forceinline__ tf_u32 quotient(const tf_u32 n, const int magic, const int shift) {
+    return __umulhi(n, static_cast<tf_u32>(magic)) >> shift;
+}
+
+// The input offset (bytes) of row r (r < 2**31).
+__device__ __forceinline__ tf_i64 row_offset(const tf_u32 r, const ShiftParams& p) {
+    tf_u32 rest = r;
+    tf_i64 off = 0;
+    for (int d = 0; d < p.nn - 1; ++d) {
+        const tf_u32 q = quotient(rest, p.magic[d], p.shift[d]);
+        off += static_cast<tf_i64>(rest - q * static_cast<tf_u32>(p.sizes[d])) * p.strides[d];
+        rest = q;
+    }
+    return off + static_cast<tf_i64>(rest) * p.strides[p.nn - 1];
+}
+
+__device__ __forceinline__ uint4 load_word(const tf_u64 at) { return __ldg(reinterpret_cast<const uint4*>(at)); }
+
+// 16 bytes whose byte i is the input byte at address at + i for lo <= i < hi (the others are zero or the
+// bytes beside them): only the aligned words that hold one of those are loaded.
+__device__ __forceinline__ uint4 span(const tf_u64 at, const int lo, const int hi) {
+    const int off = static_cast<int>(at & 15);
+    const uint4 zero = make_uint4(0, 0, 0, 0);
+    const uint4 a = lo < 16 - off ? load_word(at - off) : zero;
+    const uint4 b = off > 0 && hi > 16 - off ? load_word(at - off + 16) : zero;
+    return shifted(a, b, off);
+}
+
+// Positions lo .. hi - 1 of an output word (lo < hi <= 16), the first of them byte c of row r: from row r,
+// then from the next row's first bytes where the word reaches past row r's end.
+__device__ __forceinline__ uint4 row_word(const tf_u64 base, const tf_i64 r, const tf_i64 c, const int lo,
+                                          const int hi, const ShiftParams& p) {
+    const tf_i64 left = p.row - c;
+    const int cut = left < hi - lo ? lo + static_cast<int>(left) : hi;
+    const uint4 a = span(base + row_offset(r, p) + c - lo, lo, cut);
+    if (cut == hi) return a;
+    return merged_words(a, span(base + row_offset(r + 1, p) - cut, cut, hi), cut);
+}
+
+__device__ __forceinline__ void shift_rows(const tf_u8* __restrict__ in, tf_u8* __restrict__ out,
+                                           const ShiftParams& p) {
+    const int lane = threadIdx.x & 31;
+    const tf_u64 base = reinterpret_cast<tf_u64>(in);
+    const tf_u64 o = reinterpret_cast<tf_u64>(out);
+    const int m = static_cast<int>(o & 15);  // word kk holds output bytes 16 kk - m .. 16 kk - m + 15
+    tf_i64 item = static_cast<tf_i64>(blockIdx.x) * SHIFT_WARPS + (threadIdx.x >> 5);
+    // Row and byte of the lane's first word's first position, 16 (32 SHIFT_LANE_WORDS item + lane) - m:
+    // row -1 where that lies before the output (the range's first word). Later items step by the grid.
+    const tf_i64 at = 16 * (item * 32 * SHIFT_LANE_WORDS + lane) - m + p.row;
+    tf_i64 r = at / p.row - 1;
+    tf_i64 c = at - (r + 1) * p.row;
+    for (; item < p.items; item += static_cast<tf_i64>(gridDim.x) * SHIFT_WARPS) {
+        uint4 v[SHIFT_LANE_WORDS];
+        int lo[SHIFT_LANE_WORDS], hi[SHIFT_LANE_WORDS];
+#pragma unroll
+        for (int j = 0; j < SHIFT_LANE_WORDS; ++j) {  // every load of the item before any store
+            const tf_i64 first = 16 * (item * 32 * SHIFT_LANE_WORDS + 32 * j + lane) - m;
+            const tf_i64 left = p.total - first;
+            lo[j] = first < 0 ? static_cast<int>(-first) : 0;
+            hi[j] = left < 16 ? static_cast<int>(left > 0 ? left : 0) : 16;
+            const tf_i64 cj = c + 512 * j + lo[j];
+            const tf_i64 k = quotient(static_cast<tf_u32>(cj), p.row_magic, p.row_shift);
+            v[j] = lo[j] < hi[j] ? row_word(base, r + k, cj - k * p.row, lo[j], hi[j], p) : make_uint4(0, 0, 0, 0);
+        }
+#pragma unroll
+        for (int j = 0; j < SHIFT_LANE_WORDS; ++j) {
+            tf_u8* g = reinterpret_cast<tf_u8*>(o - m) + 16 * (item * 32 * SHIFT_LANE_WORDS + 32 * j + lane);
+            if (lo[j] == 0 && hi[j] == 16) {
+                *reinterpret_cast<uint4*>(g) = v[j];
+                continue;
+            }
+            for (int i = lo[j]; i < hi[j]; ++i) g[i] = static_cast<tf_u8>(word_of(v[j], i >> 2) >> (8 * (i & 3)));
+        }
+        c += p.step_cols;
+        r += p.step_rows;
+        if (c >= p.row) {
+            c -= p.row;
+            r += 1;
+        }
+    }
+}
+
+}  // namespace tileflip_words
 
 // One kernel per element size and S: permute_thin_u8_<S> (S = 2..16), permute_thin_u16_<S> (S = 2..8).
 #define TILEFLIP_THIN_KERNEL(S, E, T)                                                                     \
     extern "C" __global__ void __launch_bounds__(128)                                                      \
         permute_thin_##T##_##S(const tf_u8* __restrict__ in, tf_u8* __restrict__ out,                      \
-                               const tileflip_thin::Params p) {                                            \
-        tileflip_thin::thin<S, E>(in, out, p);                                                            \
+                               const tileflip_words::ThinParams p) {                                            \
+        tileflip_words::thin<S, E>(in, out, p);                                                            \
     }
 
 TILEFLIP_THIN_KERNEL(2, 1, u8) TILEFLIP_THIN_KERNEL(3, 1, u8) TILEFLIP_THIN_KERNEL(4, 1, u8)
@@ -206,3 +315,8 @@ TILEFLIP_THIN_KERNEL(14, 1, u8) TILEFLIP_THIN_KERNEL(15, 1, u8) TILEFLIP_THIN_KE
 TILEFLIP_THIN_KERNEL(2, 2, u16) TILEFLIP_THIN_KERNEL(3, 2, u16) TILEFLIP_THIN_KERNEL(4, 2, u16)
 TILEFLIP_THIN_KERNEL(5, 2, u16) TILEFLIP_THIN_KERNEL(6, 2, u16) TILEFLIP_THIN_KERNEL(7, 2, u16)
 TILEFLIP_THIN_KERNEL(8, 2, u16)
+
+extern "C" __global__ void __launch_bounds__(128)
+    permute_shift_rows(const tf_u8* __restrict__ in, tf_u8* __restrict__ out, const tileflip_words::ShiftParams p) {
+    tileflip_words::shift_rows(in, out, p);
+}

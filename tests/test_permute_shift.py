@@ -1,0 +1,321 @@
+"""The realigned row copy (``permute_shift_rows`` in kernels/cuda/permute_words.cu, backend cuda-shift):
+the rows plans it takes (``plan.launch.shift_launch``) and why it refuses the rest, its lanes' work
+emulated on the CPU from the launcher's fields with the .cu file's device functions (transliterated by
+``device_source``) against ``x.permute``, and exact bits on the GPU."""
+
+import random
+from pathlib import Path
+from types import SimpleNamespace
+
+import device_source
+import numpy as np
+import pytest
+import torch
+from helpers import assert_bits_equal, poisoned, random_bits
+
+import tileflip
+from tileflip import explain, plan, tuning
+from tileflip.plan.launch import SHIFT_ITEM_BYTES, SHIFT_WARPS, shift_fields, shift_launch, shift_refusal
+from tileflip.plan.permute import contiguous_strides
+
+CU_FILE = Path(tileflip.__file__).parent / "kernels" / "cuda" / "permute_words.cu"
+LANE_WORDS = SHIFT_ITEM_BYTES // 16 // 32
+
+# (shape, dims) of rows plans the kernel takes, as int8: one row longer than an item, rows of 16 bytes
+# (every word can straddle two), rows of odd lengths around a word and around an item, one to four outer
+# dimensions in any input order
+TAKEN = [
+    ((3, 2, 5000), (1, 0, 2)),
+    ((6, 7, 16), (1, 0, 2)),
+    ((5, 9, 17), (1, 0, 2)),
+    ((3, 4, 5, 33), (2, 0, 1, 3)),
+    ((7, 3, 515), (1, 0, 2)),
+    ((2, 3, 2, 5, 101), (3, 1, 0, 2, 4)),
+]
+
+
+def _plan(shape, dims, element_size=1):
+    return plan.plan_permute(tuple(shape), contiguous_strides(shape), tuple(dims), element_size)
+
+
+@pytest.mark.parametrize("shape, dims", TAKEN)
+def test_the_kernel_takes_rows_plans(shape, dims):
+    p = _plan(shape, dims)
+    go = tuning.shift_candidate(p, 1)
+    assert p.kind == "rows" and go is not None
+    assert go.row == p.sizes[-1] and go.rows * go.row == torch.Size(shape).numel()
+    assert sorted(go.outer_dims) == list(range(len(p.sizes) - 1))
+    assert go.items * SHIFT_ITEM_BYTES >= go.row * go.rows + 15  # words for any output alignment
+
+
+@pytest.mark.parametrize(
+    "shape, dims, element_size, reason",
+    [
+        ((40, 24, 15), (1, 0, 2), 1, "rows must span 16 bytes to 2**30 bytes, not 15"),
+        ((40, 24, 7), (1, 0, 2), 2, "not 14"),
+        ((40, 24, 64), (0, 2, 1), 1, "the output's fastest dimension must be the input's contiguous one"),
+        ((2, 3, 2, 3, 2, 3, 2, 40), (6, 5, 4, 3, 2, 1, 0, 7), 1, "merge to at most 6, not 7"),
+    ],
+)  # fmt: skip
+def test_refusals_name_the_condition_that_fails(shape, dims, element_size, reason):
+    p = _plan(shape, dims, element_size)
+    assert reason in shift_refusal(p.sizes, p.in_strides, element_size)
+    assert tuning.shift_candidate(p, element_size) is None
+
+
+def test_refusal_of_rows_past_31_bits_and_of_rows_of_2_to_the_30_bytes():
+    sizes, strides = (2**16, 2**15, 16), (16, 2**20, 1)
+    assert "row indices must fit 31 bits" in shift_refusal(sizes, strides, 1)
+    assert shift_refusal((2**16, 2**15 - 1, 16), strides, 1) is None
+    assert "not 1073741824" in shift_refusal((3, 2**29), (2**29, 1), 2)
+    assert shift_refusal((3, 2**30 - 1), (2**30 - 1, 1), 1) is None
+
+
+def test_auto_does_not_choose_it_and_plan_text_names_it():
+    p = _plan((4, 73, 137, 94, 79), (1, 0, 2, 3, 4))
+    assert tuning.permute_strategy(p, 1) == ("tile", None)
+    text = explain.permute_text((4, 73, 137, 94, 79), (1, 0, 2, 3, 4), dtype="int8")
+    assert "backend cuda-shift can take it too" in text and "292 rows of 1017362 B" in text
+    assert "cuda-shift" not in explain.permute_text((40, 24, 64), (0, 2, 1), dtype="int8")
+
+
+# --------------------------------------------------------------------------------------------------
+# The kernel's work, emulated
+# --------------------------------------------------------------------------------------------------
+
+
+def _device(load):
+    names = ("shifted", "word_of", "merged", "merged_words", "quotient", "row_offset", "span", "row_word")
+    dev = device_source.device_functions(CU_FILE.read_text(), names)
+    dev["load_word"] = load
+    return dev
+
+
+def _emulate(fields, blocks, mem_in, x_span, x_at, mem_out, out_at):
+    """Every lane of every warp of ``blocks`` blocks over its items, from the kernel's ShiftParams fields
+    (shift_fields), on byte arrays, with the .cu file's device functions (transliterated): each word's
+    aligned loads (each within the tensor's bytes ``x_span``), the row decode, the merge of two rows,
+    and the stores, whole words or the range's end bytes, each byte once."""
+    row, total, items, step_rows, step_cols, nn, row_magic, row_shift, magic, shift, sizes, strides = fields
+    p = SimpleNamespace(row=row, nn=nn, magic=list(magic), shift=list(shift), sizes=list(sizes), strides=list(strides))
+
+    def load(at):
+        assert at % 16 == 0, "an unaligned word load"
+        assert at + 16 > x_span[0] and at < x_span[1], "a load outside the tensor's bytes"
+        words = (int.from_bytes(bytes(mem_in[at + 4 * i : at + 4 * i + 4]), "little") for i in range(4))
+        return device_source.U4(*words)
+
+    dev = _device(load)
+    written = np.zeros(mem_out.size, bool)
+    m = out_at & 15
+    item_words = 32 * LANE_WORDS
+    for warp_id in range(blocks * SHIFT_WARPS):
+        for lane in range(32):
+            item = warp_id
+            at = 16 * (item * item_words + lane) - m + row
+            r = at // row - 1
+            c = at - (r + 1) * row
+            while item < items:
+                for j in range(LANE_WORDS):
+                    word = item * item_words + 32 * j + lane
+                    first = 16 * word - m
+                    lo, hi = (-first if first < 0 else 0), min(16, max(total - first, 0))
+                    if lo >= hi:
+                        continue
+                    cj = c + 512 * j + lo
+                    assert cj < 2**31
+                    k = dev["quotient"](cj, row_magic, row_shift)
+                    assert k == cj // row
+                    v = dev["row_word"](x_at, r + k, cj - k * row, lo, hi, p)
+                    data = b"".join(dev["word_of"](v, i).to_bytes(4, "little") for i in range(4))
+                    for i in range(lo, hi):
+                        dst = out_at - m + 16 * word + i
+                        assert not written[dst], "a byte written twice"
+                        written[dst] = True
+                        mem_out[dst] = data[i]
+                c, r = c + step_cols, r + step_rows
+                if c >= row:
+                    c, r = c - row, r + 1
+                item += blocks * SHIFT_WARPS
+    return written
+
+
+def _check(shape, dims, E, x_offset, out_offset, seed, *, view=None, blocks=3):
+    """Emulate the kernel on x (contiguous, or the view ``view`` makes of it) at byte offsets of aligned
+    buffers, on a grid of ``blocks`` blocks, and compare with x.permute(dims); nothing around the output
+    may be written."""
+    dt = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[E]
+    g = torch.Generator().manual_seed(seed)
+    numel = torch.Size(shape).numel()
+    mem = torch.randint(1, 255, (numel * E + 64,), dtype=torch.uint8, generator=g)
+    base = mem[x_offset : x_offset + numel * E].view(dt).view(shape)
+    x = view(base) if view else base
+    p = plan.plan_permute(tuple(x.shape), tuple(x.stride()), tuple(dims), E)
+    go = shift_launch(p.sizes, p.in_strides, E, blocks)
+    assert go is not None and go.blocks <= blocks
+    ref = x.permute(dims).contiguous().view(torch.uint8).reshape(-1).numpy()
+    out = np.full(ref.size + 64, 0xA5, np.uint8)
+    x_at = x.storage_offset() * E  # (mem is the storage: x_offset and the view's own)
+    span = (x_offset, x_offset + numel * E)
+    written = _emulate(shift_fields(p.sizes, p.in_strides, go, E), go.blocks, mem.numpy(), span, x_at, out, out_offset)
+    assert np.array_equal(out[out_offset : out_offset + ref.size], ref)
+    assert written[out_offset : out_offset + ref.size].all() and written.sum() == ref.size
+    return go
+
+
+@pytest.mark.parametrize("shape, dims", TAKEN)
+def test_emulated_lanes_write_the_permute(shape, dims):
+    _check(shape, dims, 1, x_offset=3, out_offset=5, seed=1)
+
+
+def test_emulated_lanes_at_every_alignment_and_element_size():
+    rnd = random.Random(2)
+    for case in range(36):
+        E = rnd.choice((1, 2, 4, 8))
+        n = max(rnd.choice((rnd.randint(16, 40), rnd.randint(16, 300), rnd.randint(500, 2200))) // E, 16 // E)
+        outer = tuple(rnd.randint(2, 4) for _ in range(rnd.randint(2, 3)))
+        if torch.Size(outer).numel() * n * E > 12000:
+            continue
+        perm = list(range(len(outer)))
+        while perm == sorted(perm):  # (the identity is a copy, not a rows plan)
+            rnd.shuffle(perm)
+        shape, dims = (*outer, n), (*perm, len(outer))
+        _check(shape, dims, E, E * rnd.randrange(16 // E + 1), E * rnd.randrange(16 // E + 1), seed=case,
+               blocks=rnd.randint(1, 4))  # fmt: skip
+
+
+@pytest.mark.parametrize("E", [1, 4])
+def test_emulated_lanes_on_strided_and_expanded_inputs(E):
+    # every other index of the outermost dimension, a row cut at both ends: strides the output lacks
+    _check((6, 5, 120 // E), (1, 0, 2), E, x_offset=E, out_offset=7, seed=3, view=lambda t: t[::2, :, 1:-1])
+    # a dimension of stride 0
+    _check((1, 5, 96 // E), (1, 0, 2), E, x_offset=2 * E, out_offset=1, seed=4,
+           view=lambda t: t.expand(3, 5, 96 // E))  # fmt: skip
+
+
+def test_the_grid_steps_over_rows_many_times_longer_and_shorter_than_its_stride():
+    # one block of 4 warps: a stride of 8 KiB over rows of 16 bytes (512 rows a step) and of 9000 (none)
+    go = _check((64, 20, 16), (1, 0, 2), 1, x_offset=9, out_offset=11, seed=5, blocks=1)
+    assert go.blocks == 1 and go.items > 2 * SHIFT_WARPS
+    _check((2, 3, 9000), (1, 0, 2), 1, x_offset=1, out_offset=0, seed=6, blocks=1)
+
+
+def test_the_span_loads_only_the_words_that_hold_wanted_bytes():
+    loads = []
+    data = bytes(range(1, 49))
+
+    def load(at):
+        loads.append(at)
+        return device_source.U4(*(int.from_bytes(data[at + 4 * i : at + 4 * i + 4], "little") for i in range(4)))
+
+    dev = _device(load)
+    for at in range(16, 32):
+        for lo in range(16):
+            for hi in range(lo + 1, 17):
+                loads.clear()
+                got = dev["span"](at, lo, hi)
+                got = b"".join(dev["word_of"](got, i).to_bytes(4, "little") for i in range(4))
+                assert got[lo:hi] == data[at + lo : at + hi]
+                assert sorted(loads) == sorted({(at + i) // 16 * 16 for i in range(lo, hi)})
+
+
+# --------------------------------------------------------------------------------------------------
+# On the GPU
+# --------------------------------------------------------------------------------------------------
+
+
+def _forbid_others(monkeypatch):
+    from tileflip.kernels.cuda import permute as cuda_permute
+    from tileflip.kernels.cuda import words
+    from tileflip.kernels.triton import permute as triton_permute
+    from tileflip.kernels.triton import transpose as triton_transpose
+
+    for module, name in ((triton_permute, "launch"), (triton_transpose, "launch"), (cuda_permute, "launch"),
+                         (words, "launch_thin")):  # fmt: skip
+
+        def refuse(*args, module=module, **kwargs):
+            raise AssertionError(f"{module.__name__} was called")
+
+        monkeypatch.setattr(module, name, refuse)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.int8, torch.bfloat16, torch.float32, torch.float64])
+@pytest.mark.parametrize("shape, dims", TAKEN)
+def test_exact_bits_through_the_cuda_kernel(shape, dims, dtype, monkeypatch):
+    _forbid_others(monkeypatch)
+    x = random_bits(shape, dtype, "cuda", seed=1)
+    out = poisoned(tuple(shape[d] for d in dims), dtype, "cuda")
+    tileflip.permute(x, dims, out, backend="cuda-shift")
+    assert_bits_equal(out, x.permute(dims).contiguous())
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.int8, torch.float16, torch.float32])
+@pytest.mark.parametrize("x_offset, out_offset", [(1, 0), (7, 13), (16, 3), (3, 3)])
+@pytest.mark.parametrize("shape, dims", [TAKEN[1], TAKEN[2], TAKEN[4]])
+def test_input_and_output_off_any_boundary(shape, dims, x_offset, out_offset, dtype):
+    numel = torch.Size(shape).numel()
+    x = random_bits((numel + 32,), dtype, "cuda", seed=3)[x_offset : x_offset + numel].view(shape)
+    buf = poisoned((numel + 64,), dtype, "cuda")
+    out = buf[out_offset : out_offset + numel].view(tuple(shape[d] for d in dims))
+    tileflip.permute(x, dims, out, backend="cuda-shift")
+    assert_bits_equal(out, x.permute(dims).contiguous())
+    assert_bits_equal(buf[:out_offset], poisoned((out_offset,), dtype, "cuda"))  # nothing written around it
+    rest = buf[out_offset + numel :]
+    assert_bits_equal(rest, poisoned(tuple(rest.shape), dtype, "cuda"))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.int8, torch.bfloat16, torch.float32])
+def test_strided_and_expanded_inputs(dtype):
+    base = random_bits((7, 61, 5, 1203), dtype, "cuda", seed=4)
+    strided = base[1:6, ::2, 1:4, 5:1200]  # odd strides, a start off any boundary
+    expanded = random_bits((1, 45, 1, 307), dtype, "cuda", seed=5).expand(6, 45, 3, 307)
+    for x, dims in ((strided, (1, 0, 2, 3)), (expanded, (2, 1, 0, 3)), (expanded, (0, 2, 1, 3))):
+        out = poisoned(tuple(x.shape[d] for d in dims), dtype, "cuda")
+        tileflip.permute(x, dims, out, backend="cuda-shift")
+        assert_bits_equal(out, x.permute(dims).contiguous())
+
+
+@pytest.mark.gpu
+def test_offsets_past_2_to_the_31():
+    # 2.2e9 bytes: input and output offsets past 2**31, rows of odd length, a grid that steps many times
+    gen = torch.Generator("cuda").manual_seed(6)
+    shape, dims = (7, 3, 2 * 2**30 // 21 + 4099), (1, 0, 2)
+    x = torch.randint(-128, 128, shape, dtype=torch.int8, device="cuda", generator=gen)
+    out = torch.empty(tuple(shape[d] for d in dims), dtype=torch.int8, device="cuda").fill_(0x5A)
+    tileflip.permute(x, dims, out, backend="cuda-shift")
+    assert_bits_equal(out, x.permute(dims).contiguous())
+    del x, out
+    # many short rows: row indices past 2**24
+    shape, dims = (2**21 + 3, 7, 150), (1, 0, 2)
+    x = torch.randint(-128, 128, shape, dtype=torch.int8, device="cuda", generator=gen)
+    out = torch.empty(tuple(shape[d] for d in dims), dtype=torch.int8, device="cuda").fill_(0x5A)
+    tileflip.permute(x, dims, out, backend="cuda-shift")
+    assert_bits_equal(out, x.permute(dims).contiguous())
+
+
+def test_backend_cuda_shift_refuses_a_cpu_tensor_and_writes_nothing():
+    x = torch.arange(120, dtype=torch.int8).view(3, 2, 20)
+    out = poisoned((2, 3, 20), torch.int8, "cpu")
+    with pytest.raises(ValueError, match="backend='cuda-shift' cannot take this call: it needs a CUDA tensor"):
+        tileflip.permute(x, (1, 0, 2), out, backend="cuda-shift")
+    assert_bits_equal(out, poisoned((2, 3, 20), torch.int8, "cpu"))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    "shape, dims, dtype, reason",
+    [
+        ((30, 40, 15), (1, 0, 2), torch.int8, "rows must span 16 bytes to 2\\*\\*30 bytes, not 15"),
+        ((30, 40, 50), (0, 2, 1), torch.int8, "it copies rows"),
+        ((30, 40, 50), (2, 1, 0), torch.float32, "it copies rows"),
+    ],
+)  # fmt: skip
+def test_backend_cuda_shift_refuses_what_it_cannot_take(shape, dims, dtype, reason):
+    x = random_bits(shape, dtype, "cuda", seed=7)
+    out = poisoned(tuple(shape[d] for d in dims), dtype, "cuda")
+    with pytest.raises(ValueError, match=reason):
+        tileflip.permute(x, dims, out, backend="cuda-shift")
+    assert_bits_equal(out, poisoned(tuple(shape[d] for d in dims), dtype, "cuda"))
