@@ -1,16 +1,19 @@
 """The small ``__device__`` functions of a .cu file as Python functions, transliterated statement by
-statement from its text (declarations, if, counted for loops, ternaries, && and ||, casts, 32-bit intrinsics), so
-that a CPU emulation of a kernel runs the file's own arithmetic rather than a copy of it."""
+statement from its text (declarations, if, counted for loops, ternaries, && and ||, casts, struct
+initializers, 32-bit intrinsics), so that a CPU emulation of a kernel runs the file's own arithmetic
+rather than a copy of it."""
 
 import re
+from collections import namedtuple
 from types import SimpleNamespace
 
 TYPES = r"^(?:const\s+)?(?:tf_u32|tf_u64|tf_i64|tf_u8|int|uint4|bool)\s*\*?\s+"
 SIGNATURES = {
     "src_row": "S, E, w, j", "src_byte": "S, E, w, j", "shifted": "lo, hi, off", "word_of": "w, i",
     "out_word": "S, E, v, w", "batch_offset": "g, p", "staged_word": "sm, from_", "merged": "a, b, cut",
-    "merged_words": "a, b, cut", "quotient": "n, magic, shift", "row_offset": "r, p", "span": "at, lo, hi",
-    "row_word": "base, r, c, lo, hi, p",
+    "merged_words": "a, b, cut", "quotient": "n, magic, shift", "row_offset": "r, p",
+    "word_first": "item, j, lane, m", "word_source": "base, rc, first, j, p", "row_col": "at, p", "advanced": "rc, p",
+    "first_word": "at, lo, hi", "second_word": "at, lo, hi", "source_word": "s, a0, a1, b0, b1",
 }
 
 
@@ -29,6 +32,7 @@ def _expr(e):
     e = re.sub(r"reinterpret_cast<const tf_u32\*>", "as_u32", e)
     e = re.sub(r"\b(0x[0-9a-fA-F]+|\d+)u\b", r"\1", e)
     e = re.sub(r"\b(src_row|src_byte)<S, E>\(", r"\1(S, E, ", e)
+    e = re.sub(r"\b([A-Z]\w*)\{([^{}]*)\}", r"\1(\2)", e)  # a struct's brace initializer
     e = re.sub(r"\bfrom\b", "from_", e)
     e = e.replace(" / ", " // ").replace("make_uint4", "U4").replace(" && ", " and ").replace(" || ", " or ")
     return _ternary(e.strip())
@@ -96,10 +100,16 @@ def _block(text, pad):
 
 
 def device_functions(source: str, names) -> dict:
-    """The named ``__device__`` functions of ``source`` (a .cu file's text) as Python functions in a dict;
-    SIGNATURES names their parameters."""
-    source = re.sub(r"//[^\n]*", "", source)
+    """The named ``__device__`` functions of ``source`` (a .cu file's text) as Python functions in a dict,
+    beside its ``constexpr int`` constants and its structs (as named tuples); SIGNATURES names the
+    functions' parameters."""
+    source = re.sub(r"//[^\n]*|#pragma[^\n]*", "", source)
     env = {"U4": U4, "as_u32": as_u32, "__funnelshift_r": funnelshift_r, "__byte_perm": byte_perm, "__umulhi": umulhi}
+    env.update((k, int(v)) for k, v in re.findall(r"constexpr int (\w+) = (\d+);", source))
+    for name, body in re.findall(r"struct (\w+) \{(.*?)\};", source, re.S):
+        declared = re.findall(r"^\s*\w+ ([^;]*);", body, re.M)
+        fields = [f.strip().split("[")[0] for decl in declared for f in decl.split(",")]
+        env[name] = namedtuple(name, fields)
     for name in names:
         m = re.search(r"\b" + name + r"\([^)]*\)[^{;]*\{", source)
         end = _balanced(source, m.end() - 1, "{", "}")

@@ -15,11 +15,17 @@ from helpers import assert_bits_equal, poisoned, random_bits
 
 import tileflip
 from tileflip import explain, plan, tuning
-from tileflip.plan.launch import SHIFT_ITEM_BYTES, SHIFT_WARPS, shift_fields, shift_launch, shift_refusal
+from tileflip.plan.launch import (
+    SHIFT_ITEM_BYTES,
+    SHIFT_OUTER_DIMS,
+    SHIFT_WARPS,
+    shift_fields,
+    shift_launch,
+    shift_refusal,
+)
 from tileflip.plan.permute import contiguous_strides
 
 CU_FILE = Path(tileflip.__file__).parent / "kernels" / "cuda" / "permute_words.cu"
-LANE_WORDS = SHIFT_ITEM_BYTES // 16 // 32
 
 # (shape, dims) of rows plans the kernel takes, as int8: one row longer than an item, rows of 16 bytes
 # (every word can straddle two), rows of odd lengths around a word and around an item, one to four outer
@@ -68,6 +74,7 @@ def test_refusal_of_rows_past_31_bits_and_of_rows_of_2_to_the_30_bytes():
     assert "row indices must fit 31 bits" in shift_refusal(sizes, strides, 1)
     assert shift_refusal((2**16, 2**15 - 1, 16), strides, 1) is None
     assert "not 1073741824" in shift_refusal((3, 2**29), (2**29, 1), 2)
+    assert "sizes of 2 or more" in shift_refusal((3, 1, 16), (16, 5, 1), 1)
     assert shift_refusal((3, 2**30 - 1), (2**30 - 1, 1), 1) is None
 
 
@@ -85,19 +92,29 @@ def test_auto_does_not_choose_it_and_plan_text_names_it():
 
 
 def _device(load):
-    names = ("shifted", "word_of", "merged", "merged_words", "quotient", "row_offset", "span", "row_word")
+    names = ("shifted", "word_of", "merged", "merged_words", "quotient", "row_offset", "word_first", "row_col",
+             "advanced", "word_source", "first_word", "second_word", "source_word")  # fmt: skip
     dev = device_source.device_functions(CU_FILE.read_text(), names)
     dev["load_word"] = load
     return dev
 
 
+def test_the_launch_constants_are_the_kernels():
+    dev = _device(None)
+    assert dev["SHIFT_WARPS"] == SHIFT_WARPS and 16 * 32 * dev["SHIFT_LANE_WORDS"] == SHIFT_ITEM_BYTES
+    assert dev["SHIFT_OUTER_DIMS"] == SHIFT_OUTER_DIMS
+
+
 def _emulate(fields, blocks, mem_in, x_span, x_at, mem_out, out_at):
-    """Every lane of every warp of ``blocks`` blocks over its items, from the kernel's ShiftParams fields
-    (shift_fields), on byte arrays, with the .cu file's device functions (transliterated): each word's
-    aligned loads (each within the tensor's bytes ``x_span``), the row decode, the merge of two rows,
-    and the stores, whole words or the range's end bytes, each byte once."""
+    """Every lane of every warp of ``blocks`` blocks over its items, as ``shift_rows`` runs them, from the
+    kernel's ShiftParams fields (shift_fields), on byte arrays, with the .cu file's device functions and
+    constants (transliterated): each word's sources and aligned loads (each within the tensor's bytes
+    ``x_span``), the shifts and merges, and the stores, whole words or the range's end bytes, each byte
+    once."""
     row, total, items, step_rows, step_cols, nn, row_magic, row_shift, magic, shift, sizes, strides = fields
-    p = SimpleNamespace(row=row, nn=nn, magic=list(magic), shift=list(shift), sizes=list(sizes), strides=list(strides))
+    p = SimpleNamespace(row=row, total=total, step_rows=step_rows, step_cols=step_cols, nn=nn, row_magic=row_magic,
+                        row_shift=row_shift, magic=list(magic), shift=list(shift), sizes=list(sizes),
+                        strides=list(strides))  # fmt: skip
 
     def load(at):
         assert at % 16 == 0, "an unaligned word load"
@@ -106,37 +123,31 @@ def _emulate(fields, blocks, mem_in, x_span, x_at, mem_out, out_at):
         return device_source.U4(*words)
 
     dev = _device(load)
+    warps, lane_words = dev["SHIFT_WARPS"], dev["SHIFT_LANE_WORDS"]
     written = np.zeros(mem_out.size, bool)
     m = out_at & 15
-    item_words = 32 * LANE_WORDS
-    for warp_id in range(blocks * SHIFT_WARPS):
-        for lane in range(32):
+    for warp_id in range(blocks * warps):
+        for lane in range(32):  # (lanes share nothing: no shuffles, no shared memory)
             item = warp_id
-            at = 16 * (item * item_words + lane) - m + row
-            r = at // row - 1
-            c = at - (r + 1) * row
+            rc = dev["row_col"](dev["word_first"](item, 0, lane, m), p)
             while item < items:
-                for j in range(LANE_WORDS):
-                    word = item * item_words + 32 * j + lane
-                    first = 16 * word - m
-                    lo, hi = (-first if first < 0 else 0), min(16, max(total - first, 0))
-                    if lo >= hi:
+                srcs = [dev["word_source"](x_at, rc, dev["word_first"](item, j, lane, m), j, p)
+                        for j in range(lane_words)]  # fmt: skip
+                loaded = [(dev["first_word"](s.a, s.lo, s.cut), dev["second_word"](s.a, s.lo, s.cut),
+                           dev["first_word"](s.b, s.cut, s.hi), dev["second_word"](s.b, s.cut, s.hi))
+                          for s in srcs]  # fmt: skip
+                for j, s in enumerate(srcs):
+                    if s.lo >= s.hi:
                         continue
-                    cj = c + 512 * j + lo
-                    assert cj < 2**31
-                    k = dev["quotient"](cj, row_magic, row_shift)
-                    assert k == cj // row
-                    v = dev["row_word"](x_at, r + k, cj - k * row, lo, hi, p)
+                    v = dev["source_word"](s, *loaded[j])
                     data = b"".join(dev["word_of"](v, i).to_bytes(4, "little") for i in range(4))
-                    for i in range(lo, hi):
-                        dst = out_at - m + 16 * word + i
-                        assert not written[dst], "a byte written twice"
-                        written[dst] = True
-                        mem_out[dst] = data[i]
-                c, r = c + step_cols, r + step_rows
-                if c >= row:
-                    c, r = c - row, r + 1
-                item += blocks * SHIFT_WARPS
+                    g = out_at + dev["word_first"](item, j, lane, m)
+                    assert g % 16 == 0
+                    for i in range(s.lo, s.hi):
+                        assert not written[g + i], "a byte written twice"
+                        written[g + i] = True
+                        mem_out[g + i] = data[i]
+                item, rc = item + blocks * warps, dev["advanced"](rc, p)
     return written
 
 
@@ -156,7 +167,7 @@ def _check(shape, dims, E, x_offset, out_offset, seed, *, view=None, blocks=3):
     ref = x.permute(dims).contiguous().view(torch.uint8).reshape(-1).numpy()
     out = np.full(ref.size + 64, 0xA5, np.uint8)
     x_at = x.storage_offset() * E  # (mem is the storage: x_offset and the view's own)
-    span = (x_offset, x_offset + numel * E)
+    span = (x_at, x_at + E * (1 + sum((n - 1) * st for n, st in zip(x.shape, x.stride()))))  # x's own bytes
     written = _emulate(shift_fields(p.sizes, p.in_strides, go, E), go.blocks, mem.numpy(), span, x_at, out, out_offset)
     assert np.array_equal(out[out_offset : out_offset + ref.size], ref)
     assert written[out_offset : out_offset + ref.size].all() and written.sum() == ref.size
@@ -200,7 +211,7 @@ def test_the_grid_steps_over_rows_many_times_longer_and_shorter_than_its_stride(
     _check((2, 3, 9000), (1, 0, 2), 1, x_offset=1, out_offset=0, seed=6, blocks=1)
 
 
-def test_the_span_loads_only_the_words_that_hold_wanted_bytes():
+def test_the_loads_take_only_the_words_that_hold_wanted_bytes():
     loads = []
     data = bytes(range(1, 49))
 
@@ -209,14 +220,17 @@ def test_the_span_loads_only_the_words_that_hold_wanted_bytes():
         return device_source.U4(*(int.from_bytes(data[at + 4 * i : at + 4 * i + 4], "little") for i in range(4)))
 
     dev = _device(load)
+    src = dev["Src"]
     for at in range(16, 32):
         for lo in range(16):
             for hi in range(lo + 1, 17):
                 loads.clear()
-                got = dev["span"](at, lo, hi)
+                pair = dev["first_word"](at, lo, hi), dev["second_word"](at, lo, hi)
+                got = dev["source_word"](src(at, at, lo, hi, hi), *pair, None, None)
                 got = b"".join(dev["word_of"](got, i).to_bytes(4, "little") for i in range(4))
                 assert got[lo:hi] == data[at + lo : at + hi]
                 assert sorted(loads) == sorted({(at + i) // 16 * 16 for i in range(lo, hi)})
+        assert dev["first_word"](at, 5, 5) == dev["second_word"](at, 5, 5) == device_source.U4(0, 0, 0, 0)
 
 
 # --------------------------------------------------------------------------------------------------

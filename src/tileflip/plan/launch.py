@@ -517,6 +517,8 @@ def shift_refusal(sizes, in_strides, element_size: int) -> str | None:
         return f"rows must span {SHIFT_ROW_BYTES[0]} bytes to 2**30 bytes, not {row}"
     if last > SHIFT_OUTER_DIMS:
         return f"the outer dimensions must merge to at most {SHIFT_OUTER_DIMS}, not {last}"
+    if min(sizes[:last]) < 2:  # (the planner drops them; the row decode divides by each size)
+        return "the outer dimensions must have sizes of 2 or more"
     if product(sizes[:last]) >= INT32_LIMIT:
         return "its row indices must fit 31 bits"
     return None
@@ -542,7 +544,7 @@ def shift_fields(sizes, in_strides, go: ShiftLaunch, element_size: int) -> tuple
     step_rows, step_cols = divmod(SHIFT_ITEM_BYTES * SHIFT_WARPS * go.blocks, go.row)
     nn = len(go.outer_dims)
     outer = [sizes[d] for d in go.outer_dims]
-    divisors = [magic_divisor(s) if s >= 2 else (0, 0) for s in outer[:-1]] + [(0, 0)]
+    divisors = [magic_divisor(s) for s in outer[:-1]] + [(0, 0)]
     pad = SHIFT_OUTER_DIMS - nn
     row_magic, row_shift = magic_divisor(go.row)
     return (

@@ -193,14 +193,16 @@ __device__ __forceinline__ void thin(const tf_u8* __restrict__ in, tf_u8* __rest
 
 // ---------------------------------------------------------------------------------------------------
 // Realigned row copies: the output (rows x R bytes, contiguous) cut into the aligned 16-byte words that
-// cover it. A lane builds each of its words from the aligned input words that hold its bytes (one or two
-// from a row, and the next row's first where the word reaches past a row's end), funnel-shifted into
-// place, and stores it whole; only the range's two end words are written byte by byte. The copy is of
-// bytes: any element size, rows of R >= 16 bytes (a word spans at most two rows).
+// cover it. A lane finds where each of its words' bytes lie (a row, and the next row's first bytes where
+// the word reaches past a row's end), issues every aligned input word load of its item, then
+// funnel-shifts each word into place and stores it whole; only the range's two end words are written
+// byte by byte. The copy is of bytes: any element size, rows of R >= 16 bytes (a word spans at most two
+// rows).
 // ---------------------------------------------------------------------------------------------------
 
 constexpr int SHIFT_WARPS = 4;
 constexpr int SHIFT_LANE_WORDS = 4;  // a lane's words an item, 32 apart: an item is 2 KiB of output
+constexpr int SHIFT_OUTER_DIMS = 6;
 
 struct ShiftParams {
     tf_i64 row;        // bytes of each row: R, 16 <= R < 2**30
@@ -211,47 +213,96 @@ struct ShiftParams {
     int nn;            // outer dimensions (1 to 6)
     int row_magic;     // c / R == umulhi(c, row_magic) >> row_shift for c < 2**31
     int row_shift;
-    int magic[6], shift[6];        // the same for each outer dimension's size
+    int magic[6], shift[6];        // the same for each outer dimension's size (each >= 2)
     tf_i64 sizes[6], strides[6];   // outer dimensions, innermost first: sizes, input strides (bytes)
+};
+
+// Where an output word's positions lo .. hi - 1 come from: position i < cut is the input byte at a + i,
+// position i >= cut the one at b + i (the next row's first bytes; cut == hi where the word stays in a row).
+struct Src {
+    tf_u64 a, b;
+    int lo, cut, hi;
+};
+
+// A lane's place in the rows: byte c (< R) of row r.
+struct RowCol {
+    tf_i64 r, c;
 };
 
 __device__ __forceinline__ tf_u32 quotient(const tf_u32 n, const int magic, const int shift) {
     return __umulhi(n, static_cast<tf_u32>(magic)) >> shift;
 }
 
-// The input offset (bytes) of row r (r < 2**31).
+// The input offset (bytes) of row r (r < 2**31), over a fixed number of steps so that no loop is left
+// between a word's address and its loads.
 __device__ __forceinline__ tf_i64 row_offset(const tf_u32 r, const ShiftParams& p) {
     tf_u32 rest = r;
     tf_i64 off = 0;
-    for (int d = 0; d < p.nn - 1; ++d) {
-        const tf_u32 q = quotient(rest, p.magic[d], p.shift[d]);
-        off += static_cast<tf_i64>(rest - q * static_cast<tf_u32>(p.sizes[d])) * p.strides[d];
-        rest = q;
+#pragma unroll
+    for (int d = 0; d < SHIFT_OUTER_DIMS - 1; ++d) {
+        if (d < p.nn - 1) {
+            const tf_u32 q = quotient(rest, p.magic[d], p.shift[d]);
+            off += static_cast<tf_i64>(rest - q * static_cast<tf_u32>(p.sizes[d])) * p.strides[d];
+            rest = q;
+        }
     }
     return off + static_cast<tf_i64>(rest) * p.strides[p.nn - 1];
 }
 
-__device__ __forceinline__ uint4 load_word(const tf_u64 at) { return __ldg(reinterpret_cast<const uint4*>(at)); }
-
-// 16 bytes whose byte i is the input byte at address at + i for lo <= i < hi (the others are zero or the
-// bytes beside them): only the aligned words that hold one of those are loaded.
-__device__ __forceinline__ uint4 span(const tf_u64 at, const int lo, const int hi) {
-    const int off = static_cast<int>(at & 15);
-    const uint4 zero = make_uint4(0, 0, 0, 0);
-    const uint4 a = lo < 16 - off ? load_word(at - off) : zero;
-    const uint4 b = off > 0 && hi > 16 - off ? load_word(at - off + 16) : zero;
-    return shifted(a, b, off);
+// The first output position of a lane's word j of an item: word kk holds output bytes 16 kk - m onwards.
+__device__ __forceinline__ tf_i64 word_first(const tf_i64 item, const int j, const int lane, const int m) {
+    return 16 * (item * 32 * SHIFT_LANE_WORDS + 32 * j + lane) - m;
 }
 
-// Positions lo .. hi - 1 of an output word (lo < hi <= 16), the first of them byte c of row r: from row r,
-// then from the next row's first bytes where the word reaches past row r's end.
-__device__ __forceinline__ uint4 row_word(const tf_u64 base, const tf_i64 r, const tf_i64 c, const int lo,
-                                          const int hi, const ShiftParams& p) {
-    const tf_i64 left = p.row - c;
-    const int cut = left < hi - lo ? lo + static_cast<int>(left) : hi;
-    const uint4 a = span(base + row_offset(r, p) + c - lo, lo, cut);
-    if (cut == hi) return a;
-    return merged_words(a, span(base + row_offset(r + 1, p) - cut, cut, hi), cut);
+// The row and byte of output position `at` (at >= -R): row -1 where it lies before the output.
+__device__ __forceinline__ RowCol row_col(const tf_i64 at, const ShiftParams& p) {
+    const tf_i64 q = (at + p.row) / p.row;
+    return RowCol{q - 1, at + p.row - q * p.row};
+}
+
+// rc advanced by the grid's stride over items (whole rows and the bytes past them; step_cols < R).
+__device__ __forceinline__ RowCol advanced(const RowCol rc, const ShiftParams& p) {
+    const tf_i64 c = rc.c + p.step_cols;
+    return c >= p.row ? RowCol{rc.r + p.step_rows + 1, c - p.row} : RowCol{rc.r + p.step_rows, c};
+}
+
+// The sources of the word at output position `first`, the lane's word j of an item whose word 0 starts at
+// rc (row -1 for the range's first word where the output starts off a boundary).
+__device__ __forceinline__ Src word_source(const tf_u64 base, const RowCol rc, const tf_i64 first, const int j,
+                                           const ShiftParams& p) {
+    const tf_i64 left = p.total - first;
+    const tf_i64 end = left < 16 ? left : 16;
+    const int lo = first < 0 ? static_cast<int>(-first) : 0;
+    const int hi = end > 0 ? static_cast<int>(end) : 0;
+    const tf_i64 cj = rc.c + 16 * 32 * j + lo;  // words j of a lane are 32 words apart
+    const tf_i64 k = quotient(static_cast<tf_u32>(cj), p.row_magic, p.row_shift);
+    const tf_i64 col = cj - k * p.row;
+    const tf_i64 room = p.row - col;
+    const int cut = room < hi - lo ? lo + static_cast<int>(room) : hi;
+    const tf_u64 a = base + row_offset(rc.r + k, p) + col - lo;
+    const tf_u64 b = cut < hi ? base + row_offset(rc.r + k + 1, p) - cut : a;
+    return Src{a, b, lo, cut, hi};
+}
+
+__device__ __forceinline__ uint4 load_word(const tf_u64 at) { return __ldg(reinterpret_cast<const uint4*>(at)); }
+
+// The aligned words holding the bytes at + lo .. at + hi - 1 (at most two: the one holding at, and the
+// next): each is loaded only where it holds one of them, else zero.
+__device__ __forceinline__ uint4 first_word(const tf_u64 at, const int lo, const int hi) {
+    const int off = static_cast<int>(at & 15);
+    return lo < hi && lo < 16 - off ? load_word(at - off) : make_uint4(0, 0, 0, 0);
+}
+__device__ __forceinline__ uint4 second_word(const tf_u64 at, const int lo, const int hi) {
+    const int off = static_cast<int>(at & 15);
+    return lo < hi && off > 0 && hi > 16 - off ? load_word(at - off + 16) : make_uint4(0, 0, 0, 0);
+}
+
+// The output word of source s from its loaded words: a's bytes shifted into place, b's merged in from cut.
+__device__ __forceinline__ uint4 source_word(const Src s, const uint4 a0, const uint4 a1, const uint4 b0,
+                                             const uint4 b1) {
+    const uint4 a = shifted(a0, a1, static_cast<int>(s.a & 15));
+    if (s.cut == s.hi) return a;
+    return merged_words(a, shifted(b0, b1, static_cast<int>(s.b & 15)), s.cut);
 }
 
 __device__ __forceinline__ void shift_rows(const tf_u8* __restrict__ in, tf_u8* __restrict__ out,
@@ -259,40 +310,31 @@ __device__ __forceinline__ void shift_rows(const tf_u8* __restrict__ in, tf_u8* 
     const int lane = threadIdx.x & 31;
     const tf_u64 base = reinterpret_cast<tf_u64>(in);
     const tf_u64 o = reinterpret_cast<tf_u64>(out);
-    const int m = static_cast<int>(o & 15);  // word kk holds output bytes 16 kk - m .. 16 kk - m + 15
+    const int m = static_cast<int>(o & 15);
     tf_i64 item = static_cast<tf_i64>(blockIdx.x) * SHIFT_WARPS + (threadIdx.x >> 5);
-    // Row and byte of the lane's first word's first position, 16 (32 SHIFT_LANE_WORDS item + lane) - m:
-    // row -1 where that lies before the output (the range's first word). Later items step by the grid.
-    const tf_i64 at = 16 * (item * 32 * SHIFT_LANE_WORDS + lane) - m + p.row;
-    tf_i64 r = at / p.row - 1;
-    tf_i64 c = at - (r + 1) * p.row;
-    for (; item < p.items; item += static_cast<tf_i64>(gridDim.x) * SHIFT_WARPS) {
-        uint4 v[SHIFT_LANE_WORDS];
-        int lo[SHIFT_LANE_WORDS], hi[SHIFT_LANE_WORDS];
+    RowCol rc = row_col(word_first(item, 0, lane, m), p);  // the lane's word 0 of each item
+    for (; item < p.items; item += static_cast<tf_i64>(gridDim.x) * SHIFT_WARPS, rc = advanced(rc, p)) {
+        Src s[SHIFT_LANE_WORDS];
+        uint4 a0[SHIFT_LANE_WORDS], a1[SHIFT_LANE_WORDS], b0[SHIFT_LANE_WORDS], b1[SHIFT_LANE_WORDS];
 #pragma unroll
-        for (int j = 0; j < SHIFT_LANE_WORDS; ++j) {  // every load of the item before any store
-            const tf_i64 first = 16 * (item * 32 * SHIFT_LANE_WORDS + 32 * j + lane) - m;
-            const tf_i64 left = p.total - first;
-            lo[j] = first < 0 ? static_cast<int>(-first) : 0;
-            hi[j] = left < 16 ? static_cast<int>(left > 0 ? left : 0) : 16;
-            const tf_i64 cj = c + 512 * j + lo[j];
-            const tf_i64 k = quotient(static_cast<tf_u32>(cj), p.row_magic, p.row_shift);
-            v[j] = lo[j] < hi[j] ? row_word(base, r + k, cj - k * p.row, lo[j], hi[j], p) : make_uint4(0, 0, 0, 0);
+        for (int j = 0; j < SHIFT_LANE_WORDS; ++j) s[j] = word_source(base, rc, word_first(item, j, lane, m), j, p);
+#pragma unroll
+        for (int j = 0; j < SHIFT_LANE_WORDS; ++j) {  // every load of the item before any is used
+            a0[j] = first_word(s[j].a, s[j].lo, s[j].cut);
+            a1[j] = second_word(s[j].a, s[j].lo, s[j].cut);
+            b0[j] = first_word(s[j].b, s[j].cut, s[j].hi);
+            b1[j] = second_word(s[j].b, s[j].cut, s[j].hi);
         }
 #pragma unroll
         for (int j = 0; j < SHIFT_LANE_WORDS; ++j) {
-            tf_u8* g = reinterpret_cast<tf_u8*>(o - m) + 16 * (item * 32 * SHIFT_LANE_WORDS + 32 * j + lane);
-            if (lo[j] == 0 && hi[j] == 16) {
-                *reinterpret_cast<uint4*>(g) = v[j];
+            if (s[j].lo >= s[j].hi) continue;  // past the range's end
+            const uint4 v = source_word(s[j], a0[j], a1[j], b0[j], b1[j]);
+            tf_u8* g = reinterpret_cast<tf_u8*>(o + word_first(item, j, lane, m));  // an aligned word
+            if (s[j].lo == 0 && s[j].hi == 16) {
+                *reinterpret_cast<uint4*>(g) = v;
                 continue;
             }
-            for (int i = lo[j]; i < hi[j]; ++i) g[i] = static_cast<tf_u8>(word_of(v[j], i >> 2) >> (8 * (i & 3)));
-        }
-        c += p.step_cols;
-        r += p.step_rows;
-        if (c >= p.row) {
-            c -= p.row;
-            r += 1;
+            for (int i = s[j].lo; i < s[j].hi; ++i) g[i] = static_cast<tf_u8>(word_of(v, i >> 2) >> (8 * (i & 3)));
         }
     }
 }
