@@ -54,6 +54,45 @@ def assert_bits_equal(actual: torch.Tensor, expected: torch.Tensor) -> None:
     assert diff.numel() == 0, f"{len(diff)} of {a.numel()} elements differ; first at {diff[:5].tolist()}"
 
 
+def check_permute_off_boundaries(shape, dims, dtype, x_offset: int, out_offset: int, backend: str) -> None:
+    """x and out views at element offsets ``x_offset`` / ``out_offset`` of larger CUDA buffers (so at any
+    byte alignment): ``tileflip.permute`` on ``backend`` gives exact bits and writes nothing around out."""
+    import tileflip
+
+    numel = torch.Size(shape).numel()
+    x = random_bits((numel + 32,), dtype, "cuda", seed=3)[x_offset : x_offset + numel].view(shape)
+    buf = poisoned((numel + 64,), dtype, "cuda")
+    out = buf[out_offset : out_offset + numel].view(tuple(shape[d] for d in dims))
+    tileflip.permute(x, dims, out, backend=backend)
+    assert_bits_equal(out, x.permute(dims).contiguous())
+    assert_bits_equal(buf[:out_offset], poisoned((out_offset,), dtype, "cuda"))
+    rest = buf[out_offset + numel :]
+    assert_bits_equal(rest, poisoned(tuple(rest.shape), dtype, "cuda"))
+
+
+def check_permute_exact(x: torch.Tensor, dims, backend: str) -> None:
+    """``tileflip.permute`` of ``x`` on ``backend`` into a poisoned ``out`` gives ``x.permute(dims)``'s bits."""
+    import tileflip
+
+    out = poisoned(tuple(x.shape[d] for d in dims), x.dtype, x.device)
+    tileflip.permute(x, dims, out, backend=backend)
+    assert_bits_equal(out, x.permute(dims).contiguous())
+
+
+def check_permute_refused(x: torch.Tensor, dims, backend: str, reason: str) -> None:
+    """``tileflip.permute(x, dims, out, backend=backend)`` raises a ValueError matching ``reason`` and
+    leaves the poisoned ``out`` as it was."""
+    import pytest
+
+    import tileflip
+
+    shape = tuple(x.shape[d] for d in dims)
+    out = poisoned(shape, x.dtype, x.device)
+    with pytest.raises(ValueError, match=reason):
+        tileflip.permute(x, dims, out, backend=backend)
+    assert_bits_equal(out, poisoned(shape, x.dtype, x.device))
+
+
 def without_interpreter(test):
     """Run ``test`` in a process where Triton's interpreter is off.
 

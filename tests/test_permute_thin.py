@@ -11,7 +11,14 @@ import device_source
 import numpy as np
 import pytest
 import torch
-from helpers import assert_bits_equal, poisoned, random_bits
+from helpers import (
+    assert_bits_equal,
+    check_permute_exact,
+    check_permute_off_boundaries,
+    check_permute_refused,
+    poisoned,
+    random_bits,
+)
 
 import tileflip
 from tileflip import explain, plan, tuning
@@ -325,15 +332,7 @@ def test_auto_takes_the_kernel_where_the_model_picks_it(monkeypatch):
 @pytest.mark.parametrize("x_offset, out_offset", [(1, 0), (7, 13), (16, 3)])
 @pytest.mark.parametrize("shape, dims", [TAKEN[0], TAKEN[2], TAKEN[3]])
 def test_input_and_output_off_any_boundary(shape, dims, x_offset, out_offset, dtype):
-    numel = torch.Size(shape).numel()
-    x = random_bits((numel + 32,), dtype, "cuda", seed=3)[x_offset : x_offset + numel].view(shape)
-    buf = poisoned((numel + 64,), dtype, "cuda")
-    out = buf[out_offset : out_offset + numel].view(tuple(shape[d] for d in dims))
-    tileflip.permute(x, dims, out, backend="cuda-thin")
-    assert_bits_equal(out, x.permute(dims).contiguous())
-    assert_bits_equal(buf[:out_offset], poisoned((out_offset,), dtype, "cuda"))  # nothing written around it
-    rest = buf[out_offset + numel :]
-    assert_bits_equal(rest, poisoned(tuple(rest.shape), dtype, "cuda"))
+    check_permute_off_boundaries(shape, dims, dtype, x_offset, out_offset, "cuda-thin")
 
 
 @pytest.mark.gpu
@@ -343,9 +342,7 @@ def test_strided_and_expanded_inputs(dtype):
     strided = base[1:6, ::2, 1:4, 5:1200]  # odd strides, a start off any boundary
     expanded = random_bits((1, 45, 1, 307), dtype, "cuda", seed=5).expand(6, 45, 3, 307)
     for x, dims in ((strided, (1, 0, 3, 2)), (expanded, (1, 0, 3, 2)), (expanded, (0, 1, 3, 2))):
-        out = poisoned(tuple(x.shape[d] for d in dims), dtype, "cuda")
-        tileflip.permute(x, dims, out, backend="cuda-thin")
-        assert_bits_equal(out, x.permute(dims).contiguous())
+        check_permute_exact(x, dims, "cuda-thin")
 
 
 @pytest.mark.gpu
@@ -370,10 +367,8 @@ def test_offsets_past_2_to_the_31(dtype):
 
 def test_backend_cuda_thin_refuses_a_cpu_tensor_and_writes_nothing():
     x = torch.arange(60, dtype=torch.int8).view(3, 20)
-    out = poisoned((20, 3), torch.int8, "cpu")
-    with pytest.raises(ValueError, match="backend='cuda-thin' cannot take this call: it needs a CUDA tensor"):
-        tileflip.permute(x, (1, 0), out, backend="cuda-thin")
-    assert_bits_equal(out, poisoned((20, 3), torch.int8, "cpu"))
+    reason = "backend='cuda-thin' cannot take this call: it needs a CUDA tensor"
+    check_permute_refused(x, (1, 0), "cuda-thin", reason)
 
 
 @pytest.mark.gpu
@@ -388,8 +383,4 @@ def test_backend_cuda_thin_refuses_a_cpu_tensor_and_writes_nothing():
     ],
 )  # fmt: skip
 def test_backend_cuda_thin_refuses_what_it_cannot_take(shape, dims, dtype, reason):
-    x = random_bits(shape, dtype, "cuda", seed=7)
-    out = poisoned(tuple(shape[d] for d in dims), dtype, "cuda")
-    with pytest.raises(ValueError, match=reason):
-        tileflip.permute(x, dims, out, backend="cuda-thin")
-    assert_bits_equal(out, poisoned(tuple(shape[d] for d in dims), dtype, "cuda"))
+    check_permute_refused(random_bits(shape, dtype, "cuda", seed=7), dims, "cuda-thin", reason)
