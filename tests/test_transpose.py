@@ -281,21 +281,21 @@ def test_past_int32_elements(backend):
 
 
 @pytest.mark.parametrize("device,backend", TRITON_ONLY)
-@pytest.mark.parametrize("group_m", [-2, -1, 0, 1, 3, 8])
+@pytest.mark.parametrize("group_m", [-1, 0, 1, 3, 8])
 def test_program_orders(group_m, device, backend):
-    """Every program order of the kernel (diagonal, columns of tiles on a 2-D or a 1-D grid, rows of tiles,
-    or bands of group_m tile rows) is exact."""
+    """Every program order of the kernel (columns of tiles on a 2-D or a 1-D grid, rows of tiles, or bands
+    of group_m tile rows) is exact."""
     from tileflip.kernels.triton import transpose as triton_transpose
     from tileflip.plan import TileConfig
 
-    x = random_bits((200, 130), torch.int16, device, seed=abs(group_m))[:, 1:]
+    x = random_bits((200, 130), torch.int16, device, seed=group_m)[:, 1:]
     out = poisoned((129, 200), torch.int16, device)
     triton_transpose.launch(x, out, TileConfig(32, 64, 4, group_m))
     assert_bits_equal(out, x.t())
 
 
 @pytest.mark.parametrize("device,backend", TRITON_ONLY)
-@pytest.mark.parametrize("group_m", [-2, -1, 0, 1, 3])
+@pytest.mark.parametrize("group_m", [-1, 0, 1, 3])
 @pytest.mark.parametrize("programs", [1, 3, 7, 1000])
 def test_looped_launch(programs, group_m, device, backend):
     """``launch_looped``: a grid of fewer programs than tiles, each looping over its share (the distributed

@@ -44,9 +44,6 @@ def plan_text(shape, *, block=None, dtype="float32", programs=12) -> str:
         else "       (program pid handles tile (pid % grid_m, pid // grid_m): columns of tiles in turn; "
         "gridDim.y and z stay 1)"
         if grid.group_m in (0, -1)  # -1 past gridDim.y: the same order on a 1-D grid
-        else "       (program pid handles tile (m, (pid // grid_m + m) % grid_n), m = pid % grid_m: columns of "
-        "tiles in turn, each rotated by the tile row; gridDim.y and z stay 1)"
-        if grid.group_m == -2
         else f"       (programs walk bands of {grid.group_m} tile rows, column by column; gridDim.y and z stay 1)",
     ]
     if grid.programs == 0:

@@ -57,7 +57,7 @@ class Variant:
     def tiles(self, pids) -> tuple[np.ndarray, np.ndarray]:
         """(pid_m, pid_n) of each program, by the planner's own decoding."""
         pids = np.asarray(pids, dtype=np.int64)
-        if self.grid.group_m in (-2, -1, 0, 1):
+        if self.grid.group_m in (-1, 0, 1):
             return self.grid.tile_of(pids)
         pairs = np.array([self.grid.tile_of(int(p)) for p in pids], dtype=np.int64).reshape(-1, 2)
         return pairs[:, 0], pairs[:, 1]
@@ -69,8 +69,6 @@ class Variant:
             return pid_m * g.grid_n + pid_n
         if g.group_m in (0, -1):
             return pid_n * g.grid_m + pid_m
-        if g.group_m == -2:
-            return (pid_n - pid_m) % g.grid_n * g.grid_m + pid_m
         first_m = (pid_m // g.group_m) * g.group_m
         rows = np.minimum(g.grid_m - first_m, g.group_m)
         return first_m * g.grid_n + pid_n * rows + (pid_m - first_m)

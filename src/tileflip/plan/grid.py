@@ -25,11 +25,11 @@ MAX_GRID_YZ = 65535
 class TileConfig(NamedTuple):
     """A Triton tile: BLOCK_M x BLOCK_N elements on ``num_warps`` warps, the program order ``group_m``
     (0 walks columns of tiles; 1 walks rows of tiles; G > 1 walks bands of G tile rows; -1 column order
-    on a 2-D grid; -2 diagonal order: ``TransposeGrid``), ``interior`` (1: interior tiles take an
-    unmasked branch; 0: every tile is masked), ``maxnreg`` (a register cap per thread for the compiler, 0
-    for none), ``out_tile`` (1: the 2-D kernel holds the tile in the output's orientation and lets the
-    compiler's layout conversion transpose) and ``evict_last`` (1: loads carry Triton's ``evict_last``
-    cache policy). A tuple, so that hashing it on the launch path is done in C."""
+    on a 2-D grid), ``interior`` (1: interior tiles take an unmasked branch; 0: every tile is masked),
+    ``maxnreg`` (a register cap per thread for the compiler, 0 for none), ``out_tile`` (1: the 2-D kernel
+    holds the tile in the output's orientation and lets the compiler's layout conversion transpose) and
+    ``evict_last`` (1: loads carry Triton's ``evict_last`` cache policy). A tuple, so that hashing it on
+    the launch path is done in C."""
 
     block_m: int
     block_n: int
@@ -159,10 +159,7 @@ class TransposeGrid:
     down a column of input tiles and write consecutive rows of the output. ``group_m == -1`` is the same
     order on a 2-D grid (grid_m x grid_n, x fastest: the kernel reads its tile from the program ids, no
     decoding), as torch.compile launches its transposes; where grid_n passes gridDim.y's limit the
-    launcher falls back to ``group_m == 0``. ``group_m == -2`` is diagonal order: column order with
-    column k of programs rotated by the tile row, tile ``(m, (k + m) % grid_n)``, so the programs
-    resident at one time read tiles of different input columns and write different output rows, not
-    one column at a power-of-two row stride (which can load a few DRAM channels: partition camping).
+    launcher falls back to ``group_m == 0``.
     """
 
     M: int
@@ -192,9 +189,6 @@ class TransposeGrid:
         if self.group_m in (0, -1):  # -1: the same order, read from a 2-D grid's (x, y)
             pid_n, pid_m = divmod(pid, self.grid_m)
             return pid_m, pid_n
-        if self.group_m == -2:
-            k, pid_m = divmod(pid, self.grid_m)
-            return pid_m, (k + pid_m) % self.grid_n
         band = self.group_m * self.grid_n
         first_m = (pid // band) * self.group_m
         rows = min(self.grid_m - first_m, self.group_m)
@@ -207,9 +201,8 @@ def transpose_grid(M, N, block_m: int, block_n: int, group_m: int = 1) -> Transp
     for name, block in (("block_m", block_m), ("block_n", block_n)):
         if type(block) is not int or block <= 0:
             raise ValueError(f"{name} must be a positive int, got {block!r}")
-    if type(group_m) is not int or group_m < -2:
-        raise ValueError(f"group_m must be an int >= -2 (0: column order, -1: the same on a 2-D grid, -2: diagonal "
-                         f"order), got {group_m!r}")
+    if type(group_m) is not int or group_m < -1:
+        raise ValueError(f"group_m must be an int >= -1 (0: column order, -1: the same on a 2-D grid), got {group_m!r}")
     grid = TransposeGrid(M, N, block_m, block_n, cdiv(M, block_m), cdiv(N, block_n), group_m)
     if isinstance(grid.programs, int) and grid.programs > MAX_GRID_X:
         raise ValueError(

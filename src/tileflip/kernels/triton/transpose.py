@@ -78,11 +78,6 @@ def _transpose_tile(
         # launcher uses it only where grid_n fits gridDim.y).
         pid_m = pid
         pid_n = pid_y
-    elif GROUP_M == -2:
-        # Diagonal order: column order, each column of programs rotated by the tile row, so that resident
-        # programs touch different columns of a power-of-two row stride rather than one.
-        pid_m = pid % grid_m
-        pid_n = (pid // grid_m + pid_m) % grid_n
     else:
         band = GROUP_M * grid_n
         first_m = (pid // band) * GROUP_M
