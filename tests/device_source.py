@@ -13,7 +13,7 @@ SIGNATURES = {
     "out_word": "S, E, v, w", "batch_offset": "g, p", "staged_word": "sm, from_", "merged": "a, b, cut",
     "merged_words": "a, b, cut", "quotient": "n, magic, shift", "row_offset": "r, p",
     "word_first": "item, j, lane, m", "word_source": "base, rc, first, j, p", "row_col": "at, p", "advanced": "rc, p",
-    "first_word": "at, lo, hi", "second_word": "at, lo, hi", "source_word": "s, a0, a1, b0, b1",
+    "first_word": "at, lo, hi", "second_word": "at, lo, hi", "source_word": "s, a0, a1",
 }
 
 

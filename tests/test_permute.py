@@ -8,7 +8,7 @@ import re
 import pytest
 import torch
 from conftest import HAS_GPU
-from helpers import assert_bits_equal, bits, poisoned, random_bits, without_interpreter
+from helpers import POISON_BYTE, assert_bits_equal, bits, poisoned, random_bits, without_interpreter
 
 import tileflip
 from tileflip import plan, tuning
@@ -774,13 +774,15 @@ def test_whole_dimension_tiles_follow_the_measured_rule(shape, dims, element_siz
         ((62, 10, 8, 32, 44, 3), (3, 1, 4, 0, 2, 5), 4, True),  # 12-byte kept runs (the random suite's)
         ((9, 2, 130, 7), (2, 0, 1, 3), 2, True),  # 14 bytes
         ((9, 2, 130, 8), (2, 0, 1, 3), 2, False),  # 16 bytes: kept, 16-byte vectors
-        ((16, 8, 32, 4), (2, 0, 1, 3), 4, False),
+        ((16, 8, 32, 4), (2, 0, 1, 3), 4, True),  # 16 bytes of 4-byte elements: moved up to 64 bytes
+        ((16, 8, 32, 12), (2, 0, 1, 3), 4, True),
+        ((16, 8, 32, 16), (2, 0, 1, 3), 4, False),
     ],
 )
 def test_short_kept_runs_are_tiled_as_moved(shape, dims, element_size, transposed):
-    """A kept inner dimension under SHORT_RUN_BYTES is launched as a transposed tile whose axis B starts
-    from it (measured: 12-byte runs went from 0.38 to 0.83 of copy); A then starts from the input's next dimension,
-    whose stride is not 1, so the loads take no vectors."""
+    """A kept inner dimension under SHORT_RUN_BYTES (by element size) is launched as a transposed tile whose
+    axis B starts from it (measured: fp32 12-byte runs went from 0.38 to 0.83 of copy); A then starts from the
+    input's next dimension, whose stride is not 1, so the loads take no vectors."""
     p = plan.plan_permute(shape, _contiguous_strides(shape), dims, element_size)
     assert p.kind == "rows"
     go = tuning.permute_launch(p, element_size)
@@ -980,3 +982,105 @@ def test_vector_run_sweep(device):
         tileflip.permute(x, dims, out)
         assert_bits_equal(out, x.permute(dims))
     assert widened >= 8
+
+
+# --------------------------------------------------------------------------------------------------
+# Rows plans moved as elements of another size (plan.regrouped, tuning.element_width)
+# --------------------------------------------------------------------------------------------------
+
+
+def _byte_sources(sizes, in_strides, element_size) -> list[int]:
+    """The input byte offset of each output byte of a plan's copy, in output order."""
+    out = []
+    for index in range(math.prod(sizes)):
+        offset, rest = 0, index
+        for size, stride in zip(reversed(sizes), reversed(in_strides)):
+            offset += (rest % size) * stride
+            rest //= size
+        out += [offset * element_size + b for b in range(element_size)]
+    return out
+
+
+@pytest.mark.parametrize(
+    "shape, dims, element_size, width, kind, sizes",
+    [
+        ((3, 5, 8), (1, 0, 2), 1, 4, "rows", (5, 3, 2)),
+        ((3, 5, 8), (1, 0, 2), 1, 2, "rows", (5, 3, 4)),
+        ((3, 5, 4), (1, 0, 2), 1, 4, "tiles", (5, 3)),  # the run becomes one element: a transpose
+        ((64, 72, 4), (1, 0, 2), 1, 4, "transpose2d", (72, 64)),
+        ((5, 7, 4), (1, 0, 2), 8, 4, "rows", (7, 5, 8)),  # 8-byte elements as 4-byte words
+        ((2, 3, 4, 6), (2, 0, 1, 3), 2, 4, "rows", (4, 6, 3)),
+    ],
+)
+def test_regrouped_plans_move_the_same_bytes(shape, dims, element_size, width, kind, sizes):
+    p = plan.plan_permute(shape, _contiguous_strides(shape), dims, element_size)
+    q = plan.regrouped(p, element_size, width)
+    assert (q.kind, q.sizes) == (kind, sizes)
+    assert _byte_sources(q.sizes, q.in_strides, width) == _byte_sources(p.sizes, p.in_strides, element_size)
+
+
+def test_regrouping_refuses_what_it_cannot_count():
+    p = plan.plan_permute((3, 5, 6), _contiguous_strides((3, 5, 6)), (1, 0, 2), 1)
+    with pytest.raises(ValueError, match=r"width must divide the kept run \(6 B\)"):
+        plan.regrouped(p, 1, 4)
+    t = plan.plan_permute((3, 5, 6), _contiguous_strides((3, 5, 6)), (2, 0, 1), 1)
+    with pytest.raises(ValueError, match="only a rows plan"):
+        plan.regrouped(t, 1, 2)
+
+
+@pytest.mark.parametrize(
+    "shape, dims, element_size, alignment, width",
+    [
+        ((3, 5, 4096), (1, 0, 2), 1, 16, 4),
+        ((3, 5, 4096), (1, 0, 2), 1, 2, 2),  # pointers on 2-byte boundaries
+        ((3, 5, 4096), (1, 0, 2), 1, 1, 1),
+        ((3, 5, 4097), (1, 0, 2), 1, 16, 1),  # an odd run
+        ((3, 5, 6), (1, 0, 2), 1, 16, 2),
+        ((3, 5, 2), (1, 0, 2), 1, 16, 2),  # a run of 2 bytes: one element
+        ((3, 5, 3), (1, 0, 2), 2, 16, 2),
+        ((3, 5, 7), (1, 0, 2), 8, 16, 4),  # 8-byte elements as 4-byte words
+        ((3, 5, 7), (1, 0, 2), 4, 16, 4),
+        ((3, 5, 7), (2, 0, 1), 1, 16, 1),  # not a rows plan: as it is
+    ],
+)
+def test_element_width_follows_the_run_the_strides_and_the_pointers(shape, dims, element_size, alignment, width):
+    p = plan.plan_permute(shape, _contiguous_strides(shape), dims, element_size)
+    assert tuning.element_width(p, element_size, alignment) == width
+
+
+def test_a_stride_off_the_word_keeps_narrower_elements():
+    # a (5, 3, 8) int8 view with a row stride of 10 bytes: 2-byte elements, whatever the run allows
+    p = plan.plan_permute((5, 3, 8), (30, 10, 1), (1, 0, 2), 1)
+    assert p.kind == "rows" and tuning.element_width(p, 1, 16) == 2
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_rows_plans_move_exact_bits_as_other_element_sizes(device):
+    """Rows plans regrouped to 4-, 2- and 1-byte elements by the run, the strides and each pointer's
+    alignment (offsets of 0 to 8 bytes on either side), the run collapsing to one element included:
+    bits equal, and nothing written around ``out``."""
+    from tileflip.ops import backends
+
+    cases = [
+        ((3, 5, 8), (1, 0, 2), torch.int8), ((3, 5, 2), (1, 0, 2), torch.int8), ((64, 72, 4), (1, 0, 2), torch.int8),
+        ((3, 4, 5, 6), (2, 0, 1, 3), torch.bfloat16), ((5, 7, 4), (1, 0, 2), torch.float64),
+        ((2, 3, 4, 16), (0, 2, 1, 3), torch.float8_e4m3fn), ((3, 5, 6), (1, 0, 2), torch.int8),
+        ((6, 5, 9), (1, 0, 2), torch.float32), ((5, 7, 3), (1, 0, 2), torch.int8),
+    ]  # fmt: skip
+    widths = set()
+    for i, (shape, dims, dtype) in enumerate(cases):
+        es = torch.empty((), dtype=dtype).element_size()
+        numel = math.prod(shape)
+        for x_off, out_off in ((0, 0), (1, 0), (0, 2), (4, 4), (8, 8), (2, 6)):
+            if x_off % es or out_off % es:
+                continue
+            x = random_bits((numel + 16 // es,), dtype, device, seed=i)[x_off // es : x_off // es + numel].view(shape)
+            buf = poisoned((numel + 32 // es,), dtype, device)
+            out = buf[out_off // es : out_off // es + numel].view(tuple(shape[d] for d in dims))
+            p = plan.plan_permute(shape, x.stride(), dims, es)
+            widths.add(tuning.element_width(p, es, backends.pointer_alignment(x, out)) - es)
+            tileflip.permute(x, dims, out)
+            assert_bits_equal(out, x.permute(dims))
+            assert bool((buf.view(torch.uint8)[:out_off] == POISON_BYTE).all())
+            assert bool((buf.view(torch.uint8)[out_off + numel * es :] == POISON_BYTE).all())
+    assert {-4, 0, 1, 2, 3} <= widths  # narrower, as they are, and wider by 1, 2 and 3 bytes

@@ -255,7 +255,7 @@ def test_exact_bits_through_the_cuda_kernel(shape, dims, dtype, monkeypatch):
     from tileflip.ops import backends
 
     # whatever the model prefers
-    monkeypatch.setattr(backends, "_permute_strategy", lambda p, es: ("realign", tuning.realign_candidate(p, es)))
+    monkeypatch.setattr(backends, "_permute_strategy", lambda p, es, *_: ("realign", tuning.realign_candidate(p, es)))
     _forbid(monkeypatch, triton_permute, "launch")  # the call must take the CUDA kernel
     _forbid(monkeypatch, triton_transpose, "launch")
     x = random_bits(shape, dtype, "cuda", seed=1)

@@ -85,12 +85,35 @@ def test_refusal_of_rows_past_31_bits_and_of_rows_of_2_to_the_30_bytes():
     assert shift_refusal((3, 2**30 - 1), (2**30 - 1, 1), 1) is None
 
 
-def test_auto_does_not_choose_it_and_plan_text_names_it():
-    p = _plan((4, 73, 137, 94, 79), (1, 0, 2, 3, 4))
-    assert tuning.permute_strategy(p, 1) == ("tile", None)
+@pytest.mark.parametrize(
+    "shape, dims, element_size, alignment, strategy",
+    [
+        ((4, 73, 137, 94, 79), (1, 0, 2, 3, 4), 1, 16, "shift"),  # rows of 1 MB on 2-byte boundaries
+        ((2854, 2, 18551), (1, 0, 2), 1, 16, "shift"),  # odd rows
+        ((5, 9, 17), (1, 0, 2), 1, 16, "shift"),  # short odd rows: both weak, the row copy a little less so
+        ((1220, 4, 40992), (1, 0, 2), 1, 16, "tile"),  # rows on 16-byte boundaries
+        ((1220, 4, 40992), (1, 0, 2), 1, 2, "shift"),  # the same rows, pointers on 2-byte boundaries
+        ((544, 219, 425), (1, 0, 2), 2, 16, "tile"),  # 850-byte rows on 2-byte boundaries
+        ((6, 7, 16), (1, 0, 2), 4, 16, "tile"),  # a short aligned run, tiled as moved
+        ((8, 9, 10), (1, 0, 2), 1, 16, "tile"),  # 10-byte rows: the row copy cannot take them
+    ],
+)
+def test_the_model_weighs_the_row_copy_against_the_rows_tile(shape, dims, element_size, alignment, strategy):
+    p = _plan(shape, dims, element_size)
+    width = tuning.element_width(p, element_size, alignment)
+    q = plan.regrouped(p, element_size, width) if width != element_size else p
+    fractions = tuning.rows_fractions(q, width, alignment)
+    assert tuning.permute_strategy(q, width, alignment)[0] == strategy
+    assert max(fractions, key=lambda name: (fractions[name], name == "tile")) == strategy
+
+
+def test_plan_text_names_the_row_copy_and_why():
     text = explain.permute_text((4, 73, 137, 94, 79), (1, 0, 2, 3, 4), dtype="int8")
-    assert "backend cuda-shift can take it too" in text and "292 rows of 1017362 B" in text
-    assert "cuda-shift" not in explain.permute_text((40, 24, 64), (0, 2, 1), dtype="int8")
+    assert "moved as 2-byte elements" in text and "strategy: shift" in text and "tile 0.65, shift 0.90" in text
+    assert "292 rows of 1017362 B" in text and "otherwise (backend triton" in text
+    aligned = explain.permute_text((1220, 4, 40992), (1, 0, 2), dtype="int8")
+    assert "moved as 4-byte elements" in aligned and "strategy: tile" in aligned and "realigned row copy" not in aligned
+    assert "shift" not in explain.permute_text((40, 24, 64), (0, 2, 1), dtype="int8")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -140,9 +163,7 @@ def _emulate(fields, blocks, mem_in, x_span, x_at, mem_out, out_at):
             while item < items:
                 srcs = [dev["word_source"](x_at, rc, dev["word_first"](item, j, lane, m), j, p)
                         for j in range(lane_words)]  # fmt: skip
-                loaded = [(dev["first_word"](s.a, s.lo, s.cut), dev["second_word"](s.a, s.lo, s.cut),
-                           dev["first_word"](s.b, s.cut, s.hi), dev["second_word"](s.b, s.cut, s.hi))
-                          for s in srcs]  # fmt: skip
+                loaded = [(dev["first_word"](s.a, s.lo, s.cut), dev["second_word"](s.a, s.lo, s.cut)) for s in srcs]
                 for j, s in enumerate(srcs):
                     if s.lo >= s.hi:
                         continue
@@ -233,7 +254,7 @@ def test_the_loads_take_only_the_words_that_hold_wanted_bytes():
             for hi in range(lo + 1, 17):
                 loads.clear()
                 pair = dev["first_word"](at, lo, hi), dev["second_word"](at, lo, hi)
-                got = dev["source_word"](src(at, at, lo, hi, hi), *pair, None, None)
+                got = dev["source_word"](src(at, at, lo, hi, hi), *pair)
                 got = b"".join(dev["word_of"](got, i).to_bytes(4, "little") for i in range(4))
                 assert got[lo:hi] == data[at + lo : at + hi]
                 assert sorted(loads) == sorted({(at + i) // 16 * 16 for i in range(lo, hi)})
@@ -269,6 +290,16 @@ def test_exact_bits_through_the_cuda_kernel(shape, dims, dtype, monkeypatch):
     out = poisoned(tuple(shape[d] for d in dims), dtype, "cuda")
     tileflip.permute(x, dims, out, backend="cuda-shift")
     assert_bits_equal(out, x.permute(dims).contiguous())
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape, dims, x_offset", [((5, 9, 17), (1, 0, 2), 0), ((3, 2, 5000), (1, 0, 2), 1),
+                                                   ((2, 3, 2, 5, 101), (3, 1, 0, 2, 4), 0)])  # fmt: skip
+def test_auto_runs_it_where_the_model_picks_it(shape, dims, x_offset, monkeypatch):
+    _forbid_others(monkeypatch)
+    numel = torch.Size(shape).numel()
+    x = random_bits((numel + 1,), torch.int8, "cuda", seed=2)[x_offset : x_offset + numel].view(shape)
+    check_permute_exact(x, dims, "auto")
 
 
 @pytest.mark.gpu

@@ -289,7 +289,8 @@ def test_tile_axes_partition_the_dims_and_vectors_hold():
         assert len(go.batch_dims) <= geometry.MAX_BATCH_DIMS
         last = len(p.sizes) - 1
         if p.kind == "rows" and not go.kept:  # a short kept run (tuning.short_kept_run): A from the next dimension
-            assert tuning.short_kept_run(p.sizes, p.in_strides, size) and p.sizes[last] * size < 16
+            assert tuning.short_kept_run(p.sizes, p.in_strides, size)
+            assert p.sizes[last] * size < tuning.SHORT_RUN_BYTES[size]
             others = [i for i in range(last) if p.in_strides[i] > 0]
             assert go.a_dims[0] == min(others, key=lambda i: (p.in_strides[i], -i))
         else:

@@ -8,6 +8,7 @@ from tileflip.plan.launch import (
     SHIFT_WARPS,
     THIN_ROW_BYTES,
     THIN_WARPS,
+    VECTOR_BYTES,
     product,
     realign_grid,
     realign_tile,
@@ -116,6 +117,11 @@ def permute_text(shape, perm, *, dtype="float32") -> str:
     ]
     in_run, out_run = plan.innermost_runs(p, size)
     lines.append(f"innermost contiguous runs: input {in_run} B, output {out_run} B")
+    width = tuning.element_width(p, size, VECTOR_BYTES)  # pointers as the allocator gives them: 16-byte aligned
+    if width != size:
+        p, size = plan.regrouped(p, size, width), width
+        lines.append(f"moved as {width}-byte elements (the kept run, every stride and the pointers allow it): "
+                     f"sizes {p.sizes}, input strides {p.in_strides}, kind {p.kind}")  # fmt: skip
     lines += _strategy_or(p, size, _permute_launch(p, size))
     return "\n".join(lines)
 
@@ -170,10 +176,10 @@ def _strategy_or(p, size, lines) -> list[str]:
     """``lines`` (the Triton kernel's launch), under the strategy model's choice where a CUDA permute
     kernel could take plan ``p``, or that kernel's launch in front of them where it is chosen."""
     takes = size in tuning.REALIGN_SIZES and p.kind in ("tiles", "transpose2d")
-    fractions = tuning.strategy_fractions(p, size) if takes else {}
-    shift = tuning.shift_candidate(p, size)
-    if shift is not None:
-        return [*lines, *_shift_lines(p, shift)]
+    if p.kind == "rows":
+        fractions = tuning.rows_fractions(p, size)
+    else:
+        fractions = tuning.strategy_fractions(p, size) if takes else {}
     if len(fractions) < 2:
         return lines
     strategy, go = tuning.permute_strategy(p, size)
@@ -183,6 +189,8 @@ def _strategy_or(p, size, lines) -> list[str]:
     if strategy == "tile":
         return [head, *lines]
     otherwise = ["otherwise (backend triton, or NVRTC missing):", *lines]
+    if strategy == "shift":
+        return [head, *_shift_lines(p, go), *otherwise]
     if strategy == "thin":
         n, s = p.sizes[-2], p.sizes[-1]
         rows = (f"{go.chunks} pieces of {THIN_ROW_BYTES} B a row" if go.chunks > 1 else
@@ -216,8 +224,7 @@ def _strategy_or(p, size, lines) -> list[str]:
 def _shift_lines(p, go) -> list[str]:
     """The realigned row copy's launch of rows plan ``p``, which ``backend="cuda-shift"`` runs."""
     return [
-        "backend cuda-shift can take it too (kernels/cuda/permute_words.cu; auto does not choose it, no figure "
-        "of it being measured yet): the realigned row copy,",
+        "CUDA realigned row copy (backend auto or cuda-shift; kernels/cuda/permute_words.cu):",
         f"  {go.rows} rows of {go.row} B (outer {_axis(p, go.outer_dims)}), the output written as aligned 16 B "
         "words, each shifted out of the aligned input words that hold its bytes",
         f"  grid: {go.blocks} blocks of {32 * SHIFT_WARPS} threads striding over {go.items} warp items of "

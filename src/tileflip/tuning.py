@@ -11,6 +11,7 @@ class. Where each number comes from: ``docs/design.md`` (Tuning table).
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
@@ -229,9 +230,18 @@ WHOLE_DIM_WARPS = {2: 4}
 # A transposed tile's B holds one whole output dimension with at most this fraction of its block masked
 # (bf16 (39,28,16,72,39) 0.81 -> 0.99 of copy; at 0.3 fp32 (23,21,112,32,16) fell 0.84 -> 0.58).
 WHOLE_B_WASTE = 0.25
-# A kept inner dimension shorter than this many bytes is tiled as moved (fp32 12-byte runs went from 0.38
-# to 0.83 of copy).
-SHORT_RUN_BYTES = 16
+# A kept inner dimension shorter than this many bytes, by element size, is tiled as moved (fp32 12-byte
+# runs went from 0.38 to 0.83 of copy; fp32 16-, 24- and 48-byte runs 0.28, 0.37, 0.52 -> 0.96, 0.92,
+# 0.92, where bf16 and int8 runs of 16 and 48 bytes would lose 0.17 to 0.35).
+SHORT_RUN_BYTES = {1: 16, 2: 16, 4: 64, 8: 64}
+# Rows plans are moved as elements of ROW_WORD_BYTES, or of 2 or 1 bytes where the kept run, a stride or
+# a pointer is not a multiple of 4 bytes (OneFlow's permute reinterprets an unchanged innermost run as a
+# wider element the same way; a run of the word's size becomes one element). On (n, n, R) by (1, 0, 2),
+# H200: int8 runs of 256 B to 4 KiB 0.77 -> 0.99 of copy, of 2, 4 and 8 B 0.41, 0.68, 0.72 -> 0.72,
+# 0.95, 0.98; bf16 runs of 4 and 8 B 0.80, 0.83 -> 0.96, 0.98; 8-byte words measured 0.01 under 4-byte
+# ones on long runs, and a run of 8 bytes as one element transposes 8-byte elements, which lost on thin
+# sides (bf16 (1088, 4672, 2, 4) by (0, 2, 1, 3): 0.68 -> 0.59).
+ROW_WORD_BYTES = 4
 # Rows plans with 16-byte vectors and kept runs of at least ROWS_FLAT_MIN_BYTES run the flat rows kernel,
 # ROWS_FLAT_ELEMENTS a program on ROWS_FLAT_WARPS warps (bf16 32-byte runs fell 0.92 -> 0.62 on it).
 ROWS_FLAT_MIN_BYTES = 256
@@ -260,7 +270,24 @@ REALIGN_WARPS = 9  # the kernel's 288 threads
 THIN_FRACTION = {1: 0.82, 2: 0.77}
 TILE_THIN_FRACTION = {1: {False: 0.74, True: 0.18}, 2: {False: 0.95, True: 0.24}}
 THIN_BLOCKS = 132 * 8
-SHIFT_BLOCKS = 132 * 8  # the realigned row copy's grid: 8 blocks of 4 warps an SM, striding over 2 KiB items
+# The thin kernel is weighed only where the tile kernel stores fewer bytes than this at a time: the thin
+# figures come from such cases (1 to 4 bytes), and where the tile's axes form 8-byte stores it ran at 0.87
+# against the thin kernel's 0.36 (int8 (7, 46, 8, 72, 38, 10) by (0, 3, 4, 1, 5, 2)).
+THIN_TILE_STORE_BYTES = 8
+# Rows plans (after element_width): the predicted fraction of copy of the Triton rows tile by the bytes
+# every kernel access can take (row_alignment: 16, 8, 4, 2, 1), or ROWS_MOVED_FRACTION where the kept run is
+# tiled as moved (short_kept_run), and of the realigned row copy (cuda-shift) by the kept run's bytes, from
+# the largest bound at or under it. H200 medians over (n, n+3, R) by (1, 0, 2) and (n .. n+3, R) by
+# (2, 0, 3, 1, 4), R from 17 to 4098 bytes, and the permute-wide suite's rows cases: the tile 0.95-1.08
+# at 16, 0.79-0.91 at 8 (6 cases), 0.84 at 4 (1), 0.50-0.85 at 2, 0.29-0.55 at 1, 0.75-0.96 moved (8, of
+# 4-byte elements); the row copy 0.40-0.87 up to 4 KiB, 0.86-0.94 on runs of 8 KiB and more (it reaches
+# 0.82-0.91 on short rows that are 16-byte aligned, where the tile is ahead but for one 0.75 case).
+ROWS_TILE_FRACTION = {16: 0.98, 8: 0.86, 4: 0.80, 2: 0.65, 1: 0.42}
+ROWS_MOVED_FRACTION = 0.88
+SHIFT_FRACTION = ((0, 0.44), (32, 0.48), (64, 0.51), (128, 0.54), (256, 0.57), (512, 0.60), (1024, 0.72),
+                  (2048, 0.80), (4096, 0.84), (8192, 0.90))  # fmt: skip
+# The realigned row copy's grid: two waves of the 6 blocks of 4 warps an SM holds, striding over 2 KiB items.
+SHIFT_BLOCKS = 132 * 12
 
 
 def narrow_step(vector_bytes: int, load_bytes: int = 0, kept: bool = True, element_size: int = 0):
@@ -323,6 +350,22 @@ def _halve(config: TileConfig, halvings: int) -> TileConfig:
     return config._replace(block_m=bm, block_n=bn)
 
 
+def row_alignment(p, element_size: int, alignment: int) -> int:
+    """The largest power of two, at most 16, that divides rows plan ``p``'s kept run, every input stride and
+    ``alignment`` (that of both pointers), in bytes: the widest access every row allows."""
+    last = len(p.sizes) - 1
+    g = math.gcd(p.sizes[last] * element_size, alignment, *(s * element_size for s in p.in_strides[:last]))
+    return min(g & -g, VECTOR_BYTES)
+
+
+def element_width(p, element_size: int, alignment: int) -> int:
+    """The element size plan ``p`` is moved in: for a rows plan, ROW_WORD_BYTES or the row alignment where
+    that is less (``tileflip.plan.regrouped`` re-plans it); else ``element_size``."""
+    if p.kind != "rows":
+        return element_size
+    return min(ROW_WORD_BYTES, row_alignment(p, element_size, alignment))
+
+
 def short_kept_run(sizes, in_strides, element_size: int) -> bool:
     """Whether the output's fastest dimension is also the input's contiguous one but runs shorter than
     SHORT_RUN_BYTES: the launch then transposes, axis B starting from it, so that stores run over it and
@@ -330,7 +373,7 @@ def short_kept_run(sizes, in_strides, element_size: int) -> bool:
     last = len(sizes) - 1
     if last < 1 or in_strides[last] != 1:
         return False
-    return sizes[last] * element_size < SHORT_RUN_BYTES and bool(geometry.by_input_stride(in_strides))
+    return sizes[last] * element_size < SHORT_RUN_BYTES[element_size] and bool(geometry.by_input_stride(in_strides))
 
 
 def permute_launch(p, element_size: int, *, widen: bool = True) -> PermuteLaunch:
@@ -435,18 +478,38 @@ def thin_candidate(p, element_size: int) -> ThinLaunch | None:
 
 def shift_candidate(p, element_size: int) -> ShiftLaunch | None:
     """The launch of plan ``p`` (kind rows) on the realigned row copy where it can take it
-    (``geometry.shift_launch``), else None. ``auto`` does not choose it: no figure of it is measured yet,
-    so the model has none to weigh (``backend="cuda-shift"`` runs it)."""
+    (``geometry.shift_launch``), else None."""
     if p.kind != "rows":
         return None
     return geometry.shift_launch(p.sizes, p.in_strides, element_size, SHIFT_BLOCKS)
+
+
+def rows_fractions(p, element_size: int, alignment: int = VECTOR_BYTES) -> dict:
+    """The model's predicted fraction of copy of the Triton rows tile and, where it can take plan ``p``
+    (kind rows), of the realigned row copy (``"shift"``)."""
+    if short_kept_run(p.sizes, p.in_strides, element_size):
+        fractions = {"tile": ROWS_MOVED_FRACTION}
+    else:
+        fractions = {"tile": ROWS_TILE_FRACTION[row_alignment(p, element_size, alignment)]}
+    if shift_candidate(p, element_size) is not None:
+        run = p.sizes[-1] * element_size
+        fractions["shift"] = next(f for bound, f in reversed(SHIFT_FRACTION) if run >= bound)
+    return fractions
+
+
+def thin_weighed(p, element_size: int) -> ThinLaunch | None:
+    """``thin_candidate`` where the model weighs it: where the tile kernel's stores are narrower than
+    THIN_TILE_STORE_BYTES (its figures come from such cases)."""
+    if p.kind == "tiles" and permute_launch(p, element_size).vec[1] * element_size >= THIN_TILE_STORE_BYTES:
+        return None
+    return thin_candidate(p, element_size)
 
 
 def strategy_fractions(p, element_size: int) -> dict:
     """The model's predicted fraction of copy of each strategy that can run plan ``p`` (1- and 2-byte
     transposed tiles: the Triton tile kernel and, where they can take it, the realigned-store and the
     thin-transpose CUDA kernels)."""
-    return _fractions(p, element_size, realign_candidate(p, element_size), thin_candidate(p, element_size))
+    return _fractions(p, element_size, realign_candidate(p, element_size), thin_weighed(p, element_size))
 
 
 def _fractions(p, element_size: int, realign, thin) -> dict:
@@ -460,13 +523,17 @@ def _fractions(p, element_size: int, realign, thin) -> dict:
     return fractions
 
 
-def permute_strategy(p, element_size: int) -> tuple:
-    """(strategy, its launch) the model picks for plan ``p``: ``("tile", None)`` (the Triton kernels),
-    ``("realign", PermuteLaunch)`` or ``("thin", ThinLaunch)``, the largest predicted fraction of copy
-    (the tile kernel on a tie)."""
-    if element_size not in REALIGN_SIZES or p.kind not in ("tiles", "transpose2d"):
+def permute_strategy(p, element_size: int, alignment: int = VECTOR_BYTES) -> tuple:
+    """(strategy, its launch) the model picks for plan ``p`` (with both pointers aligned to ``alignment``
+    bytes): ``("tile", None)`` (the Triton kernels), ``("realign", PermuteLaunch)``, ``("thin", ThinLaunch)``
+    or ``("shift", ShiftLaunch)``, the largest predicted fraction of copy (the tile kernel on a tie)."""
+    if p.kind == "rows":
+        fractions = rows_fractions(p, element_size, alignment)
+        launches = {"tile": None, "shift": shift_candidate(p, element_size)}
+    elif element_size in REALIGN_SIZES and p.kind in ("tiles", "transpose2d"):
+        launches = {"tile": None, "realign": realign_candidate(p, element_size), "thin": thin_weighed(p, element_size)}
+        fractions = _fractions(p, element_size, launches["realign"], launches["thin"])
+    else:
         return "tile", None
-    launches = {"tile": None, "realign": realign_candidate(p, element_size), "thin": thin_candidate(p, element_size)}
-    fractions = _fractions(p, element_size, launches["realign"], launches["thin"])
     best = max(fractions, key=lambda name: (fractions[name], name == "tile"))
     return best, launches[best]

@@ -23,6 +23,8 @@ NOTES = {
     "permute-random": "Forty random permutes of ranks 3 to 6 in int8, bf16 and fp32, 64 to 512 MiB each.",
     "permute-wide": "270 random permutes (seeds 1-3, ranks 3 to 6, each in int8, bf16 and fp32, 64 to 512 MiB) "
                     "and 23 layouts from real models, measured in parts (`--part K/N`) merged into one file.",
+    "permute-wide-strategies": "tileflip's strategies only, each forced (blank where it cannot take the case), "
+                               "beside `auto`'s pick; no peers.",
     "quantize": "Row-wise, column-wise or both outputs; torchao's figure for both is its two kernels back to back. "
                 "torch.compile compiles tileflip's plain-torch reference, one static graph a case.",
     "host": "Host time of one call on the CPU, in microseconds, with its parts measured alone.",
@@ -41,6 +43,7 @@ SUITES = [
     ("h200", "permute", "Named permutes", "fraction of copy"),
     ("h200", "permute-random", "Random permutes (random seed 0)", "fraction of copy"),
     ("h200", "permute-wide", "Permutes from a wider generator", "fraction of copy"),
+    ("h200", "permute-wide-strategies", "Every strategy on the wider generator's permutes", "fraction of copy"),
     ("h200", "cast", "fp8 cast-transpose", "fraction of copy"),
     ("h200", "quantize", "Block-scaled quantization", "fraction of copy"),
     ("h200", "host", "Host time per call", "microseconds"),

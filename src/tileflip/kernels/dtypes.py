@@ -42,3 +42,13 @@ def check_dtype(dtype: torch.dtype, arg: str = "x") -> None:
 def as_uint(t: torch.Tensor) -> torch.Tensor:
     """The same memory viewed as the unsigned integer of the element size (strides and offset kept)."""
     return t.view(UINT_OF_SIZE[t.element_size()])
+
+
+def as_width(t: torch.Tensor, width: int, count: int | None = None) -> torch.Tensor:
+    """``t``'s memory from its first element on, as a flat tensor of ``count`` unsigned integers of ``width``
+    bytes (default: to the storage's end; ``t``'s storage offset in bytes a multiple of ``width``): a kernel
+    reads its pointer, a plan regrouped to ``width``-byte elements its layout."""
+    start = t.storage_offset() * t.element_size()
+    storage = t.untyped_storage()
+    count = (storage.nbytes() - start) // width if count is None else count
+    return torch.empty(0, dtype=UINT_OF_SIZE[width], device=t.device).set_(storage, start // width, (count,), (1,))

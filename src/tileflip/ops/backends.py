@@ -21,6 +21,8 @@ from functools import lru_cache
 import torch
 
 from tileflip import tuning
+from tileflip.kernels.dtypes import as_width
+from tileflip.plan import regrouped as plan_regrouped
 from tileflip.plan.launch import shift_refusal, thin_refusal
 
 BACKENDS = ("auto", "triton", "triton-gather", "cuda-naive", "cuda-tiled", "cuda-tiled-nopad", "cuda-vec", "torch")
@@ -180,6 +182,13 @@ def permute_refusal(backend: str, x, p) -> str | None:
     return None
 
 
+def pointer_alignment(x, out) -> int:
+    """The largest power of two, at most 16, that divides both tensors' addresses and storage offsets (bytes)."""
+    v = x.data_ptr() | out.data_ptr() | 16
+    v |= x.storage_offset() * x.element_size() | out.storage_offset() * out.element_size()
+    return v & -v
+
+
 def launch_permute(x, out, p, backend: str = "triton") -> None:
     """Run permute plan ``p`` on ``backend``: ``"cuda-realign"`` / ``"cuda-thin"`` / ``"cuda-shift"``
     (checked by ``permute_refusal``) the CUDA kernel that realigns 1- and 2-byte rows / that turns thin
@@ -187,6 +196,12 @@ def launch_permute(x, out, p, backend: str = "triton") -> None:
     strategy the model picks (``tuning.permute_strategy``) where NVRTC is there for a CUDA kernel; else
     the 2-D transpose kernel or the Triton permute kernels."""
     es = x.element_size()
+    alignment = pointer_alignment(x, out) if p.kind == "rows" else 16
+    if backend in ("auto", "triton") and p.kind == "rows":
+        width = _element_width(p, es, alignment)
+        if width != es:  # the same bytes, moved as elements of another size
+            count = out.numel() * es // width
+            p, x, out, es = _regrouped(p, es, width), as_width(x, width), as_width(out, width, count), width
     if backend == "cuda-realign":
         strategy, go = "realign", _realign_candidate(p, es)
     elif backend == "cuda-thin":
@@ -194,7 +209,7 @@ def launch_permute(x, out, p, backend: str = "triton") -> None:
     elif backend == "cuda-shift":
         strategy, go = "shift", _shift_candidate(p, es)
     elif backend == "auto" and x.is_cuda:
-        strategy, go = _permute_strategy(p, es)
+        strategy, go = _permute_strategy(p, es, alignment)
     else:
         strategy, go = "tile", None
     if go is not None and nvrtc_available():
@@ -221,3 +236,5 @@ _permute_strategy = lru_cache(maxsize=256)(tuning.permute_strategy)
 _realign_candidate = lru_cache(maxsize=256)(tuning.realign_candidate)
 _thin_candidate = lru_cache(maxsize=256)(tuning.thin_candidate)
 _shift_candidate = lru_cache(maxsize=256)(tuning.shift_candidate)
+_element_width = lru_cache(maxsize=256)(tuning.element_width)
+_regrouped = lru_cache(maxsize=256)(plan_regrouped)

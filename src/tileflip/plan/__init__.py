@@ -35,4 +35,5 @@ from tileflip.plan.permute import (  # noqa: F401
     innermost_runs,
     merge_dims,
     plan_permute,
+    regrouped,
 )

@@ -124,6 +124,22 @@ def plan_permute(shape, strides, dims, element_size: int) -> PermutePlan:
     return PermutePlan("tiles", out_shape, sizes, in_strides, a)
 
 
+def regrouped(plan: PermutePlan, element_size: int, width: int) -> PermutePlan:
+    """Plan ``plan`` (kind rows) as the same copy of bytes over elements of ``width`` bytes: its kept run
+    and every input stride counted in them, re-merged and re-classified (a run of ``width`` bytes becomes
+    one element: the plan then transposes). ``width`` must divide the run's bytes and every stride's."""
+    if plan.kind != "rows":
+        raise ValueError(f"only a rows plan can be regrouped, got kind {plan.kind!r}")
+    last = len(plan.sizes) - 1
+    run = plan.sizes[last] * element_size
+    strides = tuple(s * element_size for s in plan.in_strides[:last])
+    if width < 1 or run % width or any(s % width for s in strides):
+        raise ValueError(f"width must divide the kept run ({run} B) and every input stride {strides} (bytes), "
+                         f"got {width}")  # fmt: skip
+    sizes = (*plan.sizes[:last], run // width)
+    return plan_permute(sizes, (*(s // width for s in strides), 1), tuple(range(len(sizes))), width)
+
+
 def innermost_runs(plan: PermutePlan, element_size: int) -> tuple[int, int]:
     """Bytes of the longest contiguous run on the input side and on the output side of a permute."""
     if plan.kind == "empty":
