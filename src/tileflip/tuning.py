@@ -278,11 +278,11 @@ THIN_TILE_STORE_BYTES = 8
 # every kernel access can take (row_alignment: 16, 8, 4, 2, 1), or ROWS_MOVED_FRACTION where the kept run is
 # tiled as moved (short_kept_run), and of the realigned row copy (cuda-shift) by the kept run's bytes, from
 # the largest bound at or under it. H200 medians over (n, n+3, R) by (1, 0, 2) and (n .. n+3, R) by
-# (2, 0, 3, 1, 4), R from 17 to 4098 bytes, and the permute-wide suite's rows cases: the tile 0.95-1.08
-# at 16, 0.79-0.91 at 8 (6 cases), 0.84 at 4 (1), 0.50-0.85 at 2, 0.29-0.55 at 1, 0.75-0.96 moved (8, of
-# 4-byte elements); the row copy 0.40-0.87 up to 4 KiB, 0.86-0.94 on runs of 8 KiB and more (it reaches
-# 0.82-0.91 on short rows that are 16-byte aligned, where the tile is ahead but for one 0.75 case).
-ROWS_TILE_FRACTION = {16: 0.98, 8: 0.86, 4: 0.80, 2: 0.65, 1: 0.42}
+# (2, 0, 3, 1, 4), R from 17 to 4098 bytes, and the permute-wide suite's rows cases: the tile 0.95-1.09
+# at 16, 0.77-0.96 at 8 (8 cases), 0.61-0.88 at 4 (3), 0.49-0.84 at 2, 0.29-0.55 at 1, 0.75-0.96 moved
+# (8, of 4-byte elements); the row copy 0.40-0.87 up to 4 KiB, 0.86-0.94 on runs of 8 KiB and more
+# (0.82-0.94 on rows that are 16-byte aligned, where the tile is ahead but for one 0.76 case).
+ROWS_TILE_FRACTION = {16: 0.98, 8: 0.86, 4: 0.84, 2: 0.65, 1: 0.42}
 ROWS_MOVED_FRACTION = 0.88
 SHIFT_FRACTION = ((0, 0.44), (32, 0.48), (64, 0.51), (128, 0.54), (256, 0.57), (512, 0.60), (1024, 0.72),
                   (2048, 0.80), (4096, 0.84), (8192, 0.90))  # fmt: skip

@@ -30,13 +30,13 @@ def op_functions(case: Case, x, out, backends):
     import torch
 
     import tileflip
-    from tileflip.ops.backends import CUDA_PERMUTE_BACKENDS, permute_refusal, vec_refusal
+    from tileflip.ops.backends import CUDA_PERMUTE_BACKENDS, moved_as, permute_refusal, vec_refusal
 
     fns, notes = [], {}
     if case.perm is not None:
         for b in backends:
             if b in PERMUTE_STRATEGIES:  # auto and the strategies it chooses among
-                refusal = b in CUDA_PERMUTE_BACKENDS and permute_refusal(b, x, plan_of(x, case.perm))
+                refusal = b in CUDA_PERMUTE_BACKENDS and permute_refusal(b, *moved_as(x, out, plan_of(x, case.perm))[::2])
                 if refusal:
                     notes[b] = f"not for this case: {refusal}"
                     continue

@@ -189,6 +189,19 @@ def pointer_alignment(x, out) -> int:
     return v & -v
 
 
+def moved_as(x, out, p) -> tuple:
+    """(x, out, p) as the permute is moved: a rows plan in the element size ``tuning.element_width``
+    picks (the same bytes; x and out as flat tensors of that width at their own addresses), anything else
+    as it is."""
+    if p.kind != "rows":
+        return x, out, p
+    es = x.element_size()
+    width = _element_width(p, es, pointer_alignment(x, out))
+    if width == es:
+        return x, out, p
+    return as_width(x, width), as_width(out, width, out.numel() * es // width), _regrouped(p, es, width)
+
+
 def launch_permute(x, out, p, backend: str = "triton") -> None:
     """Run permute plan ``p`` on ``backend``: ``"cuda-realign"`` / ``"cuda-thin"`` / ``"cuda-shift"``
     (checked by ``permute_refusal``) the CUDA kernel that realigns 1- and 2-byte rows / that turns thin
@@ -197,11 +210,6 @@ def launch_permute(x, out, p, backend: str = "triton") -> None:
     the 2-D transpose kernel or the Triton permute kernels."""
     es = x.element_size()
     alignment = pointer_alignment(x, out) if p.kind == "rows" else 16
-    if backend in ("auto", "triton") and p.kind == "rows":
-        width = _element_width(p, es, alignment)
-        if width != es:  # the same bytes, moved as elements of another size
-            count = out.numel() * es // width
-            p, x, out, es = _regrouped(p, es, width), as_width(x, width), as_width(out, width, count), width
     if backend == "cuda-realign":
         strategy, go = "realign", _realign_candidate(p, es)
     elif backend == "cuda-thin":

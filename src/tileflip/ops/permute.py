@@ -11,6 +11,7 @@ from tileflip.ops.backends import (
     CUDA_PERMUTE_BACKENDS,
     PERMUTE_BACKENDS,
     launch_permute,
+    moved_as,
     on_device_of,
     permute_refusal,
     resolve_backend,
@@ -33,10 +34,11 @@ def permute(x: torch.Tensor, dims, out: torch.Tensor | None = None, *, backend: 
     2 to 16 bytes against an input-contiguous one), ``"cuda-shift"`` (the realigned row copy of
     ``permute_words.cu``: permutes that keep the input's contiguous dimension innermost, rows of 16 bytes
     or more, any element size and alignment); each refuses a call it cannot take, with the reason;
-    ``"torch"`` (``out.copy_(x.permute(dims))``) and ``"auto"``: on a GPU, for 1- and 2-byte
-    transposing permutes, the strategy the model predicts fastest (``tuning.permute_strategy``: the
-    Triton kernels, the realigned-store kernel or the thin kernel, where NVRTC is installed), else the
-    Triton kernels; on a CPU tensor as for ``transpose``.
+    ``"torch"`` (``out.copy_(x.permute(dims))``) and ``"auto"``: on a GPU, the strategy the model
+    predicts fastest (``tuning.permute_strategy``: the Triton kernels, or where NVRTC is installed the
+    realigned-store or thin kernel for 1- and 2-byte transposes, the row copy for kept rows off 16-byte
+    boundaries); on a CPU tensor as for ``transpose``. A permute that keeps the contiguous dimension is
+    moved as 4-byte words where its run, strides and pointers allow (``tuning.element_width``).
     """
     if torch.compiler.is_compiling():
         dims = list(dims) if isinstance(dims, (tuple, list)) else dims
@@ -75,12 +77,15 @@ def _permute(x, dims, out, backend):
         out.copy_(x.permute(dims))  # (moves out's version counter itself)
         return out
     p = _plan_permute(tuple(x.shape), tuple(x.stride()), dims, x.element_size())
+    xm, om, p = moved_as(x, out, p)  # a rows plan in the element size it is moved in
     if chosen in CUDA_PERMUTE_BACKENDS:
-        reason = permute_refusal(chosen, x, p)
+        reason = permute_refusal(chosen, xm, p)
         if reason is not None:  # refused before anything is written
-            raise ValueError(f"backend={chosen!r} cannot take this call: {reason} (backend='auto' picks "
+            moved = (f"; this permute is moved as {xm.element_size()}-byte elements, which its kept run, "
+                     "strides and pointers allow" if xm.element_size() != x.element_size() else "")  # fmt: skip
+            raise ValueError(f"backend={chosen!r} cannot take this call: {reason}{moved} (backend='auto' picks "
                              "another kernel for it)")  # fmt: skip
-    on_device_of(x, launch_permute, x, out, p, backend)
+    on_device_of(x, launch_permute, xm, om, p, backend)
     if given:
         written(out)
     return out

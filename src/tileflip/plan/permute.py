@@ -33,7 +33,8 @@ class PermutePlan:
         tile whose axis A folds the input's fastest dimensions (starting at ``a``) and whose axis B
         folds the output's fastest, batched over the rest (``tileflip.plan.launch.tile_launch``); rows
         loads and stores along A, tiles loads along A and stores along B (so does rows where the kept
-        run is under 16 bytes, with B starting from it: ``tileflip.tuning.short_kept_run``);
+        run is short, with B starting from it: ``tileflip.tuning.short_kept_run``); a rows plan may be
+        moved in elements of another size (``regrouped``);
       * ``general``: a 1-D gather (one merged dimension of stride != 1), or no dimension but the
         output's last with a non-zero input stride: each output element gathered from its input offset.
     """
