@@ -36,7 +36,8 @@ def op_functions(case: Case, x, out, backends):
     if case.perm is not None:
         for b in backends:
             if b in PERMUTE_STRATEGIES:  # auto and the strategies it chooses among
-                refusal = b in CUDA_PERMUTE_BACKENDS and permute_refusal(b, *moved_as(x, out, plan_of(x, case.perm))[::2])
+                moved_x, _, moved_plan = moved_as(x, out, plan_of(x, case.perm))  # as the call will see them
+                refusal = b in CUDA_PERMUTE_BACKENDS and permute_refusal(b, moved_x, moved_plan)
                 if refusal:
                     notes[b] = f"not for this case: {refusal}"
                     continue
