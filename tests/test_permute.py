@@ -1084,3 +1084,26 @@ def test_rows_plans_move_exact_bits_as_other_element_sizes(device):
             assert bool((buf.view(torch.uint8)[:out_off] == POISON_BYTE).all())
             assert bool((buf.view(torch.uint8)[out_off + numel * es :] == POISON_BYTE).all())
     assert {-4, 0, 1, 2, 3} <= widths  # narrower, as they are, and wider by 1, 2 and 3 bytes
+
+
+def test_moved_as_views_the_same_memory_in_the_chosen_width():
+    from tileflip.ops import backends
+
+    x = random_bits((4, 6, 12), torch.int8, "cpu", seed=1)
+    out = poisoned((6, 4, 12), torch.int8, "cpu")
+    p = plan.plan_permute((4, 6, 12), x.stride(), (1, 0, 2), 1)
+    xm, om, q = backends.moved_as(x, out, p)
+    assert (xm.dtype, om.dtype, q.sizes, q.in_strides) == (torch.uint32, torch.uint32, (6, 4, 3), (3, 18, 1))
+    assert (xm.data_ptr(), om.data_ptr(), om.numel()) == (x.data_ptr(), out.data_ptr(), out.numel() // 4)
+    odd = random_bits((4 * 6 * 12 + 1,), torch.int8, "cpu", seed=2)[1:].view(4, 6, 12)  # 1 byte off
+    assert backends.moved_as(odd, out, p)[0] is odd
+    t = plan.plan_permute((4, 6, 12), x.stride(), (2, 0, 1), 1)
+    assert backends.moved_as(x, out, t)[2] is t  # not a rows plan: as it is
+
+
+@pytest.mark.gpu
+def test_a_refusal_says_the_permute_was_regrouped():
+    from helpers import check_permute_refused
+
+    x = random_bits((30, 40, 52), torch.int8, "cuda", seed=3)  # rows of 52 bytes: moved as 4-byte words
+    check_permute_refused(x, (1, 0, 2), "cuda-realign", "moved as 4-byte elements")

@@ -9,6 +9,7 @@ import torch
 from tileflip import plan
 from tileflip.ops.backends import (
     CUDA_PERMUTE_BACKENDS,
+    NVRTC_MISSING,
     PERMUTE_BACKENDS,
     launch_permute,
     moved_as,
@@ -81,8 +82,9 @@ def _permute(x, dims, out, backend):
     if chosen in CUDA_PERMUTE_BACKENDS:
         reason = permute_refusal(chosen, xm, p)
         if reason is not None:  # refused before anything is written
+            regrouped = xm.element_size() != x.element_size() and x.is_cuda and reason != NVRTC_MISSING
             moved = (f"; this permute is moved as {xm.element_size()}-byte elements, which its kept run, "
-                     "strides and pointers allow" if xm.element_size() != x.element_size() else "")  # fmt: skip
+                     "strides and pointers allow" if regrouped else "")  # fmt: skip
             raise ValueError(f"backend={chosen!r} cannot take this call: {reason}{moved} (backend='auto' picks "
                              "another kernel for it)")  # fmt: skip
     on_device_of(x, launch_permute, xm, om, p, backend)
