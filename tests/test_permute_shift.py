@@ -102,7 +102,7 @@ def test_the_model_weighs_the_row_copy_against_the_rows_tile(shape, dims, elemen
     p = _plan(shape, dims, element_size)
     width = tuning.element_width(p, element_size, alignment)
     q = plan.regrouped(p, element_size, width) if width != element_size else p
-    fractions = tuning.rows_fractions(q, width, alignment)
+    fractions = tuning.strategy_fractions(q, width, alignment)
     assert tuning.permute_strategy(q, width, alignment)[0] == strategy
     assert max(fractions, key=lambda name: (fractions[name], name == "tile")) == strategy
 

@@ -175,11 +175,7 @@ def _axis(p, dims) -> str:
 def _strategy_or(p, size, lines) -> list[str]:
     """``lines`` (the Triton kernel's launch), under the strategy model's choice where a CUDA permute
     kernel could take plan ``p``, or that kernel's launch in front of them where it is chosen."""
-    takes = size in tuning.REALIGN_SIZES and p.kind in ("tiles", "transpose2d")
-    if p.kind == "rows":
-        fractions = tuning.rows_fractions(p, size)
-    else:
-        fractions = tuning.strategy_fractions(p, size) if takes else {}
+    fractions = tuning.strategy_fractions(p, size)
     if len(fractions) < 2:
         return lines
     strategy, go = tuning.permute_strategy(p, size)

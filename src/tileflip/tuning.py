@@ -231,8 +231,8 @@ WHOLE_DIM_WARPS = {2: 4}
 # (bf16 (39,28,16,72,39) 0.81 -> 0.99 of copy; at 0.3 fp32 (23,21,112,32,16) fell 0.84 -> 0.58).
 WHOLE_B_WASTE = 0.25
 # A kept inner dimension shorter than this many bytes, by element size, is tiled as moved (fp32 12-byte
-# runs went from 0.38 to 0.83 of copy; fp32 16-, 24- and 48-byte runs 0.28, 0.37, 0.52 -> 0.96, 0.92,
-# 0.92, where bf16 and int8 runs of 16 and 48 bytes would lose 0.17 to 0.35).
+# runs went from 0.38 to 0.83 of copy; fp32 runs of 16, 24 and 48 bytes from 0.28, 0.37, 0.52 to 0.96,
+# 0.92, 0.92, where bf16 and int8 runs of 16 and 48 bytes would lose 0.17 to 0.35).
 SHORT_RUN_BYTES = {1: 16, 2: 16, 4: 64, 8: 64}
 # Rows plans are moved as elements of ROW_WORD_BYTES, or of 2 or 1 bytes where the kept run, a stride or
 # a pointer is not a multiple of 4 bytes (OneFlow's permute reinterprets an unchanged innermost run as a
@@ -484,14 +484,12 @@ def shift_candidate(p, element_size: int) -> ShiftLaunch | None:
     return geometry.shift_launch(p.sizes, p.in_strides, element_size, SHIFT_BLOCKS)
 
 
-def rows_fractions(p, element_size: int, alignment: int = VECTOR_BYTES) -> dict:
-    """The model's predicted fraction of copy of the Triton rows tile and, where it can take plan ``p``
-    (kind rows), of the realigned row copy (``"shift"``)."""
+def _rows_fractions(p, element_size: int, alignment: int, shift) -> dict:
     if short_kept_run(p.sizes, p.in_strides, element_size):
         fractions = {"tile": ROWS_MOVED_FRACTION}
     else:
         fractions = {"tile": ROWS_TILE_FRACTION[row_alignment(p, element_size, alignment)]}
-    if shift_candidate(p, element_size) is not None:
+    if shift is not None:
         run = p.sizes[-1] * element_size
         fractions["shift"] = next(f for bound, f in reversed(SHIFT_FRACTION) if run >= bound)
     return fractions
@@ -505,11 +503,23 @@ def thin_weighed(p, element_size: int) -> ThinLaunch | None:
     return thin_candidate(p, element_size)
 
 
-def strategy_fractions(p, element_size: int) -> dict:
-    """The model's predicted fraction of copy of each strategy that can run plan ``p`` (1- and 2-byte
-    transposed tiles: the Triton tile kernel and, where they can take it, the realigned-store and the
-    thin-transpose CUDA kernels)."""
-    return _fractions(p, element_size, realign_candidate(p, element_size), thin_weighed(p, element_size))
+def strategy_fractions(p, element_size: int, alignment: int = VECTOR_BYTES) -> dict:
+    """The model's predicted fraction of copy of each strategy it weighs for plan ``p`` (with both pointers
+    aligned to ``alignment`` bytes): for a rows plan, the Triton rows tile and, where it can take the plan,
+    the realigned row copy (``"shift"``); for 1- and 2-byte transposed tiles, the Triton tile kernel and,
+    where they can take it, the realigned-store and the thin-transpose CUDA kernels; else none."""
+    return _strategies(p, element_size, alignment)[0]
+
+
+def _strategies(p, element_size: int, alignment: int) -> tuple[dict, dict]:
+    """(predicted fractions, launches) of the strategies the model weighs for plan ``p``."""
+    if p.kind == "rows":
+        launches = {"tile": None, "shift": shift_candidate(p, element_size)}
+        return _rows_fractions(p, element_size, alignment, launches["shift"]), launches
+    if element_size in REALIGN_SIZES and p.kind in ("tiles", "transpose2d"):
+        launches = {"tile": None, "realign": realign_candidate(p, element_size), "thin": thin_weighed(p, element_size)}
+        return _fractions(p, element_size, launches["realign"], launches["thin"]), launches
+    return {}, {}
 
 
 def _fractions(p, element_size: int, realign, thin) -> dict:
@@ -527,13 +537,8 @@ def permute_strategy(p, element_size: int, alignment: int = VECTOR_BYTES) -> tup
     """(strategy, its launch) the model picks for plan ``p`` (with both pointers aligned to ``alignment``
     bytes): ``("tile", None)`` (the Triton kernels), ``("realign", PermuteLaunch)``, ``("thin", ThinLaunch)``
     or ``("shift", ShiftLaunch)``, the largest predicted fraction of copy (the tile kernel on a tie)."""
-    if p.kind == "rows":
-        fractions = rows_fractions(p, element_size, alignment)
-        launches = {"tile": None, "shift": shift_candidate(p, element_size)}
-    elif element_size in REALIGN_SIZES and p.kind in ("tiles", "transpose2d"):
-        launches = {"tile": None, "realign": realign_candidate(p, element_size), "thin": thin_weighed(p, element_size)}
-        fractions = _fractions(p, element_size, launches["realign"], launches["thin"])
-    else:
+    fractions, launches = _strategies(p, element_size, alignment)
+    if not fractions:
         return "tile", None
     best = max(fractions, key=lambda name: (fractions[name], name == "tile"))
     return best, launches[best]

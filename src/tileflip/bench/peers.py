@@ -34,9 +34,9 @@ def op_functions(case: Case, x, out, backends):
 
     fns, notes = [], {}
     if case.perm is not None:
+        moved_x, _, moved_plan = moved_as(x, out, plan_of(x, case.perm))  # as the call will see them
         for b in backends:
             if b in PERMUTE_STRATEGIES:  # auto and the strategies it chooses among
-                moved_x, _, moved_plan = moved_as(x, out, plan_of(x, case.perm))  # as the call will see them
                 refusal = b in CUDA_PERMUTE_BACKENDS and permute_refusal(b, moved_x, moved_plan)
                 if refusal:
                     notes[b] = f"not for this case: {refusal}"
