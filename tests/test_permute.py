@@ -1107,3 +1107,96 @@ def test_a_refusal_says_the_permute_was_regrouped():
 
     x = random_bits((30, 40, 52), torch.int8, "cuda", seed=3)  # rows of 52 bytes: moved as 4-byte words
     check_permute_refused(x, (1, 0, 2), "cuda-realign", "moved as 4-byte elements")
+
+
+# (shape, dims, dtype): transposed tiles whose output rows are whole 32-byte sectors apart, so that the
+# B tiles can start early by the output's offset past a sector (``geometry.store_shift``); B spans
+# several tiles, so that the shifted launch has a first, a full and a last B tile.
+SECTOR_CASES = [
+    ((32, 24, 64), (2, 1, 0), torch.int8),
+    ((2, 3, 4, 32, 64), (2, 0, 4, 1, 3), torch.int8),
+    ((64, 9, 32), (2, 1, 0), torch.bfloat16),
+    ((32, 17, 16), (2, 1, 0), torch.float32),
+    ((16, 33, 8), (2, 1, 0), torch.float64),
+]
+
+
+def _sector_launch(shape, dims, dtype):
+    es = torch.empty((), dtype=dtype).element_size()
+    p = plan.plan_permute(shape, torch.empty(shape, dtype=dtype, device="meta").stride(), dims, es)
+    return p, tuning.permute_launch(p, es), es
+
+
+@pytest.mark.parametrize("shape,dims,dtype", SECTOR_CASES, ids=[str(c[0]) for c in SECTOR_CASES])
+def test_store_shift_starts_b_tiles_on_sectors(shape, dims, dtype):
+    p, go, es = _sector_launch(shape, dims, dtype)
+    assert p.kind == "tiles" and not go.kept
+    assert geometry.store_shift(p.sizes, p.out_strides, go, es, 0) == 0
+    assert geometry.store_shift(p.sizes, p.out_strides, go, es, 16) == 16 // es
+    for phase in (1, 2, 4, 8):  # not whole 16-byte store vectors: the tiles stay where they are
+        assert geometry.store_shift(p.sizes, p.out_strides, go, es, phase) == 0
+    # shifted B tiles: one more where the axis does not leave room for the shift in its last tile
+    from tileflip.kernels.triton.permute import tile_grid
+
+    size_b = math.prod(p.sizes[d] for d in go.b_dims)
+    grid = tile_grid(go, size_b, 16 // es)
+    assert grid[1] == go.grid[1] and (grid[0] - 1) * go.blocks[0] < size_b + 16 // es <= grid[0] * go.blocks[0]
+
+
+def test_store_shift_only_where_every_output_row_starts_at_one_phase():
+    # rows of 24 x 35 bytes (the A axis's output stride) are not whole sectors: rows lie at several phases
+    p, go, es = _sector_launch((24, 35, 48), (2, 1, 0), torch.int8)
+    assert p.kind == "tiles" and geometry.store_shift(p.sizes, p.out_strides, go, es, 16) == 0
+    # stores along A (the output's fastest dimension kept): no shift
+    p, go, es = _sector_launch((8, 4, 6, 32), (2, 0, 1, 3), torch.float32)
+    assert go.kept and geometry.store_shift(p.sizes, p.out_strides, go, es, 16) == 0
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("phase", [0, 16])
+@pytest.mark.parametrize("shape,dims,dtype", SECTOR_CASES, ids=[str(c[0]) for c in SECTOR_CASES])
+def test_tiles_off_a_sector_move_exact_bits(shape, dims, dtype, phase, device):
+    """out starting ``phase`` bytes past a 32-byte sector (its B tiles then start early): exact bits,
+    nothing written around out."""
+    _check_off_a_sector(shape, dims, dtype, phase, device)
+    from tileflip.kernels.triton.permute import launch_of
+
+    p, go, es = _sector_launch(shape, dims, dtype)
+    assert dict(launch_of(p, go, es, phase)[4][3])["B_SHIFT"] == phase // es  # the launch it took
+
+
+def _check_off_a_sector(shape, dims, dtype, phase: int, device: str) -> None:
+    """``tileflip.permute`` into an out starting ``phase`` bytes past a 32-byte sector of a poisoned
+    buffer: exact bits, nothing written around out."""
+    x = random_bits(shape, dtype, device, seed=5)
+    es, numel = x.element_size(), x.numel()
+    buf = poisoned((numel + 96 // es,), dtype, device)
+    start = ((-buf.data_ptr()) % 32 + phase) // es
+    out = buf[start: start + numel].view(tuple(shape[d] for d in dims))
+    assert out.data_ptr() % 32 == phase
+    tileflip.permute(x, dims, out, backend="triton")
+    assert_bits_equal(out, x.permute(dims).contiguous())
+    assert_bits_equal(buf[:start], poisoned((start,), dtype, device))
+    rest = buf[start + numel:]
+    assert_bits_equal(rest, poisoned(tuple(rest.shape), dtype, device))
+
+
+# kept rows of 64 bytes: the kept tile where out starts on a 32-byte sector, the flat rows kernel where not
+KEPT_SECTOR_CASE = ((8, 4, 6, 16), (2, 0, 1, 3), torch.float32)
+
+
+def test_kept_rows_off_a_sector_take_the_flat_kernel():
+    p, go, es = _sector_launch(*KEPT_SECTOR_CASE)
+    assert p.kind == "rows" and go.kept and not go.flat
+    for phase in (4, 8, 16, 48 % 32):
+        assert tuning.permute_launch(p, es, phase=phase).flat
+    assert not tuning.permute_launch(p, es, phase=32 % 32).flat
+    # rows of 128 bytes or more take it wherever out starts
+    p, go, es = _sector_launch((8, 4, 6, 32), (2, 0, 1, 3), torch.float32)
+    assert go.flat
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("phase", [0, 16])
+def test_kept_rows_off_a_sector_move_exact_bits(phase, device):
+    _check_off_a_sector(*KEPT_SECTOR_CASE, phase, device)

@@ -12,6 +12,7 @@ from tileflip.plan.launch import (
     product,
     realign_grid,
     realign_tile,
+    store_shift,
 )
 
 
@@ -165,6 +166,13 @@ def _permute_launch(p, size) -> list[str]:
         f"grid: {go.grid[0]} x {go.grid[1]} = {tiles} tiles x {go.batch} batch elements = {go.programs} programs (1-D),"
         f" consecutive programs along {'B' if go.b_fast else 'A'}",
     ]
+    shift = store_shift(p.sizes, p.out_strides, go, size, VECTOR_BYTES)
+    if shift:
+        lines.append(f"where out starts 16 bytes past a 32-byte sector: B tiles start {shift} elements early, "
+                     "so that each tile's stores begin on a sector")  # fmt: skip
+    flat = go.kept and tuning.permute_launch(p, size, phase=VECTOR_BYTES).flat
+    if flat:
+        lines.append("where out starts off a 32-byte sector: the flat rows kernel, whose warps write whole sectors")
     return lines
 
 

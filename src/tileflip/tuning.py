@@ -243,8 +243,12 @@ SHORT_RUN_BYTES = {1: 16, 2: 16, 4: 64, 8: 64}
 # sides (bf16 (1088, 4672, 2, 4) by (0, 2, 1, 3): 0.68 -> 0.59).
 ROW_WORD_BYTES = 4
 # Rows plans with 16-byte vectors and kept runs of at least ROWS_FLAT_MIN_BYTES run the flat rows kernel,
-# ROWS_FLAT_ELEMENTS a program on ROWS_FLAT_WARPS warps (bf16 32-byte runs fell 0.92 -> 0.62 on it).
-ROWS_FLAT_MIN_BYTES = 256
+# ROWS_FLAT_ELEMENTS a program on ROWS_FLAT_WARPS warps (bf16 32-byte runs fell 0.92 -> 0.62 on it, fp32
+# 64-byte runs 0.92 -> 0.71; runs of 128 and 192 bytes moved 0.97-0.99 -> 0.98-1.01, 96 bytes 1.00 -> 0.96).
+# Where the output starts off a 32-byte sector, shorter kept runs take it too: the kept tile's warps then
+# write every run's first and last sector in halves (fp8 128-byte runs 0.69 against 1.02, fp32 64-byte
+# runs 0.48 against 0.73; docs/design.md, Stability).
+ROWS_FLAT_MIN_BYTES = 128
 ROWS_FLAT_ELEMENTS = 1024
 ROWS_FLAT_WARPS = 4
 # The strategy model of 1- and 2-byte transposed tiles: each strategy's predicted fraction of copy, the
@@ -376,9 +380,10 @@ def short_kept_run(sizes, in_strides, element_size: int) -> bool:
     return sizes[last] * element_size < SHORT_RUN_BYTES[element_size] and bool(geometry.by_input_stride(in_strides))
 
 
-def permute_launch(p, element_size: int, *, widen: bool = True) -> PermuteLaunch:
-    """The launch of ``p`` (a ``tileflip.plan.PermutePlan`` of kind rows, copy, tiles or general).
-    ``widen`` False: vectors from each side's fastest dimension alone, never from the runs the axes form."""
+def permute_launch(p, element_size: int, *, widen: bool = True, phase: int = 0) -> PermuteLaunch:
+    """The launch of ``p`` (a ``tileflip.plan.PermutePlan`` of kind rows, copy, tiles or general) with the
+    output ``phase`` bytes past a 32-byte sector. ``widen`` False: vectors from each side's fastest
+    dimension alone, never from the runs the axes form."""
     sizes = p.sizes
     if p.kind == "general":
         return geometry.general_launch(sizes)
@@ -388,7 +393,7 @@ def permute_launch(p, element_size: int, *, widen: bool = True) -> PermuteLaunch
     vec = geometry.vector_widths(sizes, p.in_strides, kept, element_size)
     cap = VECTOR_BYTES // element_size
     if (p.kind == "rows" and kept and vec == (cap, cap) and len(sizes) >= 2
-            and sizes[-1] * element_size >= ROWS_FLAT_MIN_BYTES):  # fmt: skip
+            and (sizes[-1] * element_size >= ROWS_FLAT_MIN_BYTES or phase % geometry.SECTOR_BYTES)):  # fmt: skip
         return geometry.rows_flat_launch(sizes, p.in_strides, element_size, ROWS_FLAT_ELEMENTS, ROWS_FLAT_WARPS)
 
     def launch(vec, tile_vec, wide_tiles=True):

@@ -23,7 +23,7 @@ import torch
 from tileflip import tuning
 from tileflip.kernels.dtypes import as_width
 from tileflip.plan import regrouped as plan_regrouped
-from tileflip.plan.launch import shift_refusal, thin_refusal
+from tileflip.plan.launch import SECTOR_BYTES, shift_refusal, thin_refusal
 
 BACKENDS = ("auto", "triton", "triton-gather", "cuda-naive", "cuda-tiled", "cuda-tiled-nopad", "cuda-vec", "torch")
 TRITON_BACKENDS = ("triton", "triton-gather")
@@ -235,7 +235,8 @@ def launch_permute(x, out, p, backend: str = "triton") -> None:
         x2 = x.as_strided((s1, s0), (st1, st0), x.storage_offset())
         kernels("triton.transpose").launch(x2, out.view(s0, s1), tuning.triton_config(es, (s1, s0), st1))
         return
-    kernels("triton.permute").launch(x, out, p, _permute_launch(p, es))
+    phase = out.data_ptr() % SECTOR_BYTES if p.kind == "rows" else 0  # only a kept tile's launch depends on it
+    kernels("triton.permute").launch(x, out, p, _permute_launch(p, es, phase=phase))
 
 
 # The launch descriptions, once per plan: the policy's Python costs tens of microseconds, a call's budget.

@@ -16,6 +16,7 @@ MAX_AXIS_DIMS = 4  # merged dimensions an axis decodes (the kernel's decode hold
 MAX_BATCH_DIMS = 6
 FOLD_FACTOR = 4  # an axis folds dimensions until it spans this many tile widths (fewer masked tails)
 VECTOR_BYTES = 16
+SECTOR_BYTES = 32  # the memory system's write unit: a store of part of one costs a partial-sector write
 GENERAL_BLOCK = 1024
 INT32_LIMIT = 2**31
 
@@ -265,6 +266,36 @@ def tile_launch(sizes, in_strides, kept: bool, vec: tuple, block_b: int, block_a
         (block_b, block_a), warps, grid, product(sizes[d] for d in batch_dims),
         a_dims, b_dims, batch_dims, (load, store), kept, wide, b_fast, offsets64, maxnreg, evict_last=True,
     )  # fmt: skip
+
+
+def store_shift(sizes, out_strides, go: PermuteLaunch, element_size: int, phase: int) -> int:
+    """Elements by which a transposed tile launch's B tiles start early (``B_SHIFT``) where the output
+    starts ``phase`` bytes past a 32-byte sector, so that every tile's stores still begin on one: two
+    tiles then never write halves of one sector, each a partial-sector write (up to twice the time;
+    docs/design.md, Stability). 0 where the phase is 0 or not a whole number of store vectors, the launch
+    stores along A, its B tile is not whole sectors, its output rows lie at more than one phase (an
+    output stride past the B axis's contiguous run, or that run, is not whole sectors), or the B tiles
+    already cover whole runs and the shift would add one."""
+    if go.kept or go.flat or not go.b_dims or phase == 0 or phase % (go.vec[1] * element_size):
+        return 0
+    if go.blocks[0] * element_size % SECTOR_BYTES:
+        return 0
+    strides = [out_strides[d] for d in (*go.a_dims, *go.batch_dims)]
+    run, k = 1, 0
+    while k < len(go.b_dims) and out_strides[go.b_dims[k]] == run:  # the B axis's contiguous run
+        run *= sizes[go.b_dims[k]]
+        k += 1
+    if k < len(go.b_dims):
+        strides += [run, *(out_strides[d] for d in go.b_dims[k:])]
+    if any(s * element_size % SECTOR_BYTES for s in strides):
+        return 0
+    shift = phase // element_size
+    size_b = product(sizes[d] for d in go.b_dims)
+    # Where no tile splits a run, the shift only pays where it adds no B tile (a tile that covers a whole
+    # run already writes it in one piece; half-empty extra tiles cost more than they save).
+    if run <= go.blocks[0] and cdiv(size_b + shift, go.blocks[0]) > cdiv(size_b, go.blocks[0]):
+        return 0
+    return shift
 
 
 def rows_flat_launch(sizes, in_strides, element_size: int, elements: int, num_warps: int) -> PermuteLaunch:

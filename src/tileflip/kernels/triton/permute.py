@@ -20,8 +20,8 @@ import triton.language as tl
 
 from tileflip.kernels.dtypes import as_uint
 from tileflip.kernels.triton import launch as launcher
-from tileflip.plan.grid import magic_divisor
-from tileflip.plan.launch import product
+from tileflip.plan.grid import cdiv, magic_divisor
+from tileflip.plan.launch import SECTOR_BYTES, product, store_shift
 from tileflip.plan.permute import merge_dims
 
 
@@ -59,9 +59,13 @@ def permute_tile_kernel(
     BLOCK_B: tl.constexpr, BLOCK_A: tl.constexpr,
     VEC_LOAD: tl.constexpr, VEC_STORE: tl.constexpr, KEPT: tl.constexpr, WIDE: tl.constexpr,
     B_FAST: tl.constexpr, OFF64: tl.constexpr, EVICT_LAST: tl.constexpr, MAGIC: tl.constexpr,
+    B_SHIFT: tl.constexpr = 0,
 ):  # fmt: skip
     """One BLOCK_A x BLOCK_B tile of one batch element: loaded along A, stored along A (KEPT: the output's
     fastest dimension is the input's) or transposed and stored along B.
+
+    B_SHIFT (transposed tiles, a multiple of VEC_STORE): the B tiles start B_SHIFT elements early, so that
+    where the output starts off a 32-byte sector each tile's stores still begin on one (``store_shift``).
 
     Each access holds its memory-fastest axis in dimension 0 of its tile: where Triton cannot prove the
     offsets contiguous along either dimension (sizes that are not multiples of 16), its coalescing pass
@@ -79,7 +83,8 @@ def permute_tile_kernel(
         pid_a = pid_a.to(tl.int64)
         pid_b = pid_b.to(tl.int64)
     ra = pid_a * BLOCK_A + tl.arange(0, BLOCK_A)
-    rb = pid_b * BLOCK_B + tl.arange(0, BLOCK_B)
+    rb_grid = pid_b * BLOCK_B + tl.arange(0, BLOCK_B)  # never negative: masks compare it
+    rb = rb_grid - B_SHIFT
     in_a = _decode(ra, a_in_sizes, a_in, a_in_m, a_in_s, NA_IN, OFF64, MAGIC)
     out_a = _decode(ra, a_out_sizes, a_out, a_out_m, a_out_s, NA_OUT, OFF64, MAGIC)
     in_b = _decode(rb, b_in_sizes, b_in, b_in_m, b_in_s, NB_IN, OFF64, MAGIC)
@@ -99,7 +104,7 @@ def permute_tile_kernel(
     if VEC_STORE > 1:
         store_offs = tl.max_contiguous(tl.multiple_of(store_offs, [VEC_STORE, VEC_STORE]), [VEC_STORE, 1])
     POLICY: tl.constexpr = "evict_last" if EVICT_LAST else ""
-    if ((pid_a + 1) * BLOCK_A <= size_a) & ((pid_b + 1) * BLOCK_B <= size_b):
+    if ((pid_a + 1) * BLOCK_A <= size_a) & (pid_b * BLOCK_B >= B_SHIFT) & ((pid_b + 1) * BLOCK_B - B_SHIFT <= size_b):
         tile = tl.load(x_ptr + load_offs, eviction_policy=POLICY)
         if KEPT:
             tl.store(out_ptr + store_offs, tile)
@@ -108,13 +113,16 @@ def permute_tile_kernel(
     else:
         # Masks compare whole vectors (VEC divides the axis's size), so a masked tail keeps its vectors.
         in_a_ok = (ra // VEC_LOAD) < (size_a // VEC_LOAD)
-        mask = in_a_ok[:, None] & (rb < size_b)[None, :]
+        b_ok = (rb_grid >= B_SHIFT) & (rb < size_b)
+        mask = in_a_ok[:, None] & b_ok[None, :]
         tile = tl.load(x_ptr + load_offs, mask=mask, eviction_policy=POLICY)
         if KEPT:
             out_a_ok = (ra // VEC_STORE) < (size_a // VEC_STORE)
-            tl.store(out_ptr + store_offs, tile, mask=out_a_ok[:, None] & (rb < size_b)[None, :])
+            tl.store(out_ptr + store_offs, tile, mask=out_a_ok[:, None] & b_ok[None, :])
         else:
-            out_b_ok = (rb // VEC_STORE) < (size_b // VEC_STORE)
+            # whole vectors: B_SHIFT and size_b are multiples of VEC_STORE
+            vb = rb_grid // VEC_STORE
+            out_b_ok = (vb >= B_SHIFT // VEC_STORE) & (vb < (size_b + B_SHIFT) // VEC_STORE)
             tl.store(out_ptr + store_offs, tl.trans(tile), mask=out_b_ok[:, None] & (ra < size_a)[None, :])
 
 
@@ -167,8 +175,9 @@ def merge_side(sizes, strides) -> tuple[tuple, tuple]:
     return merged_sizes[::-1], merged_strides[::-1]
 
 
-def tile_args(plan, go) -> tuple[tuple, dict]:
-    """Positional arguments (after the two pointers) and constexprs of the tile kernel for a launch ``go``."""
+def tile_args(plan, go, shift: int = 0) -> tuple[tuple, dict]:
+    """Positional arguments (after the two pointers) and constexprs of the tile kernel for a launch ``go``
+    whose B tiles start ``shift`` elements early (``plan.launch.store_shift``)."""
     sizes, in_strides, out_strides = plan.sizes, plan.in_strides, plan.out_strides
     a = _axis(go.a_dims, sizes, in_strides, out_strides)
     b = _axis(go.b_dims, sizes, in_strides, out_strides)
@@ -177,7 +186,8 @@ def tile_args(plan, go) -> tuple[tuple, dict]:
     b_in, b_out = merge_side(b[0], b[1]), merge_side(b[0], b[2])
     size_a = product(a[0])
     size_b = product(b[0])
-    grid_fast = go.grid[0] if go.b_fast else go.grid[1]
+    grid = tile_grid(go, size_b, shift)
+    grid_fast = grid[0] if go.b_fast else grid[1]
     groups = (a_in, a_out, b_in, b_out, (n[0], n[1]))
     # Magic division where every index is int32 (the batch's too) and every size divided by is at least 2
     # (merge_side and merge_dims leave no size-1 dimension but the padding of an empty axis, never divided).
@@ -185,14 +195,20 @@ def tile_args(plan, go) -> tuple[tuple, dict]:
     magic = magic and all(size >= 2 for sizes, _ in groups for size in sizes[:-1])
     decodes = [(*g, *_magics(g[0], magic)) for g in groups]
     n_group = (*decodes[4][:2], n[2], *decodes[4][2:])  # the batch: sizes, input, output strides, magics, shifts
-    args = (size_a, size_b, grid_fast, go.grid[0] * go.grid[1], *decodes[0], *decodes[1], *decodes[2],
+    args = (size_a, size_b, grid_fast, grid[0] * grid[1], *decodes[0], *decodes[1], *decodes[2],
             *decodes[3], *n_group)  # fmt: skip
     constexprs = dict(
         NA_IN=len(a_in[0]), NA_OUT=len(a_out[0]), NB_IN=len(b_in[0]), NB_OUT=len(b_out[0]), NN=len(n[0]),
         BLOCK_B=go.blocks[0], BLOCK_A=go.blocks[1], VEC_LOAD=go.vec[0], VEC_STORE=go.vec[1], KEPT=go.kept,
         WIDE=go.wide, B_FAST=go.b_fast, OFF64=go.offsets64, EVICT_LAST=go.evict_last, MAGIC=magic,
+        B_SHIFT=shift,
     )  # fmt: skip
     return args, constexprs
+
+
+def tile_grid(go, size_b: int, shift: int) -> tuple[int, int]:
+    """(B tiles, A tiles) of a tile launch whose B tiles start ``shift`` elements early."""
+    return (cdiv(size_b + shift, go.blocks[0]), go.grid[1]) if shift else go.grid
 
 
 _AXIS_GROUPS = ("a_in", "a_out", "b_in", "b_out")
@@ -234,8 +250,9 @@ def _magics(sizes, magic: bool) -> tuple[tuple, tuple]:
     return tuple(16 * (m & 0xFFFFFFFF) + 3 for m, _ in pairs), tuple(16 * s + 3 for _, s in pairs)
 
 
-def kernel_args(plan, go) -> tuple:
-    """(kernel name, positional arguments after the two pointers, constexprs) of ``plan`` on launch ``go``."""
+def kernel_args(plan, go, shift: int = 0) -> tuple:
+    """(kernel name, positional arguments after the two pointers, constexprs) of ``plan`` on launch ``go``
+    (a tile launch's B tiles ``shift`` elements early)."""
     if plan.kind == "general":
         args = (product(plan.sizes), tuple(reversed(plan.sizes)), tuple(reversed(plan.in_strides)))
         return "permute_general_kernel", args, dict(NDIM=len(plan.sizes), BLOCK=go.blocks[0])
@@ -246,7 +263,7 @@ def kernel_args(plan, go) -> tuple:
         constexprs = dict(NDIM=len(others[0]), VEC=vec, BLOCK=go.blocks[0], OFF64=go.offsets64,
                           EVICT_LAST=go.evict_last)  # fmt: skip
         return "permute_rows_flat_kernel", args, constexprs
-    return "permute_tile_kernel", *tile_args(plan, go)
+    return "permute_tile_kernel", *tile_args(plan, go, shift)
 
 
 def _arg_names(kernel) -> list:
@@ -254,16 +271,20 @@ def _arg_names(kernel) -> list:
 
 
 @lru_cache(maxsize=256)
-def launch_of(plan, go, element_size: int) -> tuple:
+def launch_of(plan, go, element_size: int, phase: int = 0) -> tuple:
     """(kernel, grid, scalars: every argument after the two pointers, constexprs included, in the kernel's
-    order, compile options, the static part of the class key) of ``plan`` on launch ``go``: worked out
-    once per plan and launch, so that a call's host path holds no planning."""
-    name, args, constexprs = kernel_args(plan, go)
+    order, compile options, the static part of the class key) of ``plan`` on launch ``go`` with the
+    output ``phase`` bytes past a 32-byte sector: worked out once per plan, launch and phase, so that a
+    call's host path holds no planning."""
+    shift = store_shift(plan.sizes, plan.out_strides, go, element_size, phase)  # 0 but on transposed tiles
+    name, args, constexprs = kernel_args(plan, go, shift)
     kernel = globals()[name]
     scalars = (*args, *(constexprs[n] for n in _arg_names(kernel)[2 + len(args):]))
     options = go.options
     key = (name, element_size, launcher.spec_of(args), tuple(constexprs.items()), tuple(options.items()))
-    return kernel, (go.programs, 1), scalars, options, key
+    programs = go.programs if not shift else go.batch * args[3]
+    return kernel, (programs, 1), scalars, options, key
+
 
 
 def clear_cache() -> None:
@@ -273,7 +294,7 @@ def clear_cache() -> None:
 def launch(x, out, plan, go) -> None:
     """Run ``plan`` (kind rows, copy, tiles or general) on launch ``go`` from ``x`` into the contiguous
     ``out``; the caller has checked every argument."""
-    kernel, grid, scalars, options, key = launch_of(plan, go, x.element_size())
+    kernel, grid, scalars, options, key = launch_of(plan, go, x.element_size(), out.data_ptr() % SECTOR_BYTES)
     if _INTERPRETED:
         kernel[grid](as_uint(x), as_uint(out), *scalars, **options)
         return
