@@ -79,6 +79,7 @@ def test_the_kernel_cannot_take(shape, dims, element_size, why):
         ((3477, 25308, 6), (1, 2, 0), True, "odd rows on both sides, the kernel's tiles nearly full"),
         ((8, 28, 23, 36, 14, 50), (3, 4, 5, 1, 2, 0), False, "Triton moves 16-byte vectors on both sides"),
         ((5, 30, 9, 4001), (0, 3, 2, 1), False, "B of 9 bytes: the kernel's tile mostly empty"),
+        ((9, 28, 22, 32, 27, 20), (0, 2, 4, 5, 3, 1), False, "Triton's stores are 16-byte vectors, its loads 4"),
     ],
 )  # fmt: skip
 def test_the_strategy_model_picks_the_larger_prediction(shape, dims, chosen, why):
@@ -87,6 +88,27 @@ def test_the_strategy_model_picks_the_larger_prediction(shape, dims, chosen, why
     assert set(fractions) == {"tile", "realign"}
     assert (fractions["realign"] > fractions["tile"]) == chosen, why
     assert (tuning.permute_strategy(p, 1)[0] == "realign") == chosen, why
+
+
+@pytest.mark.parametrize(
+    "shape, dims, element_size, vectors",
+    [
+        ((8, 28, 23, 36, 14, 50), (3, 4, 5, 1, 2, 0), 1, "both"),
+        ((9, 28, 22, 32, 27, 20), (0, 2, 4, 5, 3, 1), 1, "stores"),
+        ((29, 3212, 1200), (2, 0, 1), 1, "narrower"),
+        ((8, 10, 72), (2, 0, 1), 2, "both"),  # merges to a 2-D transpose
+        ((29, 3212, 1201), (2, 0, 1), 2, "narrower"),
+    ],
+)  # fmt: skip
+def test_the_tile_figure_follows_the_launchs_vectors(shape, dims, element_size, vectors):
+    p = _plan(shape, dims, element_size)
+    assert tuning.tile_vectors(p, element_size) == vectors
+    if p.kind == "tiles":
+        load, store = (v * element_size for v in tuning.permute_launch(p, element_size).vec)
+        assert {"both": load == store == 16, "stores": load < store == 16, "narrower": store < 16}[vectors]
+    else:
+        assert p.kind == "transpose2d"
+    assert tuning.strategy_fractions(p, element_size)["tile"] == tuning.TILE_FRACTION[element_size][vectors]
 
 
 def test_the_model_reads_fill_and_alignment():

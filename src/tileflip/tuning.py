@@ -259,8 +259,11 @@ ROWS_FLAT_WARPS = 4
 # cases over half filled), where every input piece starts on a 16-byte boundary (1-byte: 16 cases;
 # 2-byte: 20) or not (33; 27). Timed, auto is within 5% of the faster of the two on 61 of the 71 1-byte
 # cases the kernel can take, and the 2-byte figures pick it on 77 of the 81 they were taken from
-# (docs/design.md, Planner).
-TILE_FRACTION = {1: {True: 0.95, False: 0.48}, 2: {True: 0.93, False: 0.64}}
+# (docs/design.md, Planner). Where only the tile's stores are 16-byte vectors, the medians of the strategy
+# sweep's 8 1-byte and 8 2-byte cases of that class: 0.66 / 0.90 (fit on either half of the sweep's cases,
+# scored on the other, auto came within 5% of the fastest on 0-2 more cases of ~147, never fewer).
+TILE_FRACTION = {1: {"both": 0.95, "stores": 0.66, "narrower": 0.48},
+                 2: {"both": 0.93, "stores": 0.90, "narrower": 0.64}}  # fmt: skip
 REALIGN_FRACTION = {1: {True: 0.77, False: 0.74}, 2: {True: 0.81, False: 0.79}}
 REALIGN_SIZES = (1, 2)  # element sizes the realigned-store and thin-transpose kernels move
 REALIGN_WARPS = 9  # the kernel's 288 threads
@@ -465,12 +468,15 @@ def realign_aligned(p, go, element_size: int) -> bool:
     return geometry.realign_aligned(p.in_strides, go, element_size)
 
 
-def tile_vectors_wide(p, element_size: int) -> bool:
-    """Whether the Triton kernel that would run plan ``p`` moves 16-byte vectors on both sides."""
+def tile_vectors(p, element_size: int) -> str:
+    """Where the Triton kernel that would run plan ``p`` moves 16-byte vectors: ``"both"`` sides,
+    ``"stores"`` only, or ``"narrower"`` (the 2-D transpose kernel: both or narrower)."""
     cap = VECTOR_BYTES // element_size
     if p.kind == "transpose2d":
-        return all(s % cap == 0 for s in p.sizes) and all(st == 1 or st % cap == 0 for st in p.in_strides)
-    return min(permute_launch(p, element_size).vec) >= cap
+        wide = all(s % cap == 0 for s in p.sizes) and all(st == 1 or st % cap == 0 for st in p.in_strides)
+        return "both" if wide else "narrower"
+    load, store = permute_launch(p, element_size).vec
+    return "both" if min(load, store) >= cap else ("stores" if store >= cap else "narrower")
 
 
 def thin_candidate(p, element_size: int) -> ThinLaunch | None:
@@ -528,7 +534,7 @@ def _strategies(p, element_size: int, alignment: int) -> tuple[dict, dict]:
 
 
 def _fractions(p, element_size: int, realign, thin) -> dict:
-    fractions = {"tile": TILE_FRACTION[element_size][tile_vectors_wide(p, element_size)]}
+    fractions = {"tile": TILE_FRACTION[element_size][tile_vectors(p, element_size)]}
     if realign is not None:
         aligned = realign_aligned(p, realign, element_size)
         fractions["realign"] = REALIGN_FRACTION[element_size][aligned] * realign_fill(p, realign)
