@@ -247,7 +247,7 @@ ROW_WORD_BYTES = 4
 # 64-byte runs 0.92 -> 0.71; runs of 128 and 192 bytes moved 0.97-0.99 -> 0.98-1.01, 96 bytes 1.00 -> 0.96).
 # Where the output starts off a 32-byte sector, shorter kept runs take it too: the kept tile's warps then
 # write every run's first and last sector in halves (fp8 128-byte runs 0.69 against 1.02, fp32 64-byte
-# runs 0.48 against 0.73; docs/design.md, Stability).
+# runs 0.48 against 0.73; docs/design.md, the stability suite).
 ROWS_FLAT_MIN_BYTES = 128
 ROWS_FLAT_ELEMENTS = 1024
 ROWS_FLAT_WARPS = 4

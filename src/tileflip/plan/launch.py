@@ -89,9 +89,10 @@ class PermuteLaunch:
     the input's, so stores run along A (no transpose in registers); ``wide``: tile indices need 64
     bits; ``b_fast``: consecutive programs step along B (else along A); ``offsets64``: an element offset
     the kernel forms, masked tail lanes included, may reach 2**31 (``offsets_need_64``), so offsets are
-    int64; ``maxnreg``: a register cap per thread for the compiler (0: none); ``evict_last``: loads carry
-    Triton's ``evict_last`` cache policy; ``magic``: indices are divided by host-computed magic numbers
-    where every index is int32 (else by Triton's integer division).
+    int64 (B tiles shifted onto sectors, ``store_shift``, also mask lanes whose offsets lie outside these
+    bounds; no masked offset is accessed); ``maxnreg``: a register cap per thread for the compiler (0:
+    none); ``evict_last``: loads carry Triton's ``evict_last`` cache policy; ``magic``: indices are
+    divided by host-computed magic numbers where every index is int32 (else by Triton's integer division).
     general: ``blocks`` = (BLOCK,), ``grid`` = (programs,).
     ``flat`` (rows): the flat rows kernel; ``blocks`` = (vectors per program,), ``grid`` = (programs,),
     ``vec`` = (VEC, VEC), ``a_dims`` = (the kept dimension,).
@@ -272,7 +273,7 @@ def store_shift(sizes, out_strides, go: PermuteLaunch, element_size: int, phase:
     """Elements by which a transposed tile launch's B tiles start early (``B_SHIFT``) where the output
     starts ``phase`` bytes past a 32-byte sector, so that every tile's stores still begin on one: two
     tiles then never write halves of one sector, each a partial-sector write (up to twice the time;
-    docs/design.md, Stability). 0 where the phase is 0 or not a whole number of store vectors, the launch
+    docs/design.md, the stability suite). 0 where the phase is 0 or not a whole number of store vectors, the launch
     stores along A, its B tile is not whole sectors, its output rows lie at more than one phase (an
     output stride past the B axis's contiguous run, or that run, is not whole sectors), or the B tiles
     already cover whole runs and the shift would add one."""

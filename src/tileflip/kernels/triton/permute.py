@@ -84,7 +84,7 @@ def permute_tile_kernel(
         pid_b = pid_b.to(tl.int64)
     ra = pid_a * BLOCK_A + tl.arange(0, BLOCK_A)
     rb_grid = pid_b * BLOCK_B + tl.arange(0, BLOCK_B)  # never negative: masks compare it
-    rb = rb_grid - B_SHIFT
+    rb = rb_grid - B_SHIFT  # the first B tile's masked lanes decode negative indices, never accessed
     in_a = _decode(ra, a_in_sizes, a_in, a_in_m, a_in_s, NA_IN, OFF64, MAGIC)
     out_a = _decode(ra, a_out_sizes, a_out, a_out_m, a_out_s, NA_OUT, OFF64, MAGIC)
     in_b = _decode(rb, b_in_sizes, b_in, b_in_m, b_in_s, NB_IN, OFF64, MAGIC)
@@ -284,7 +284,6 @@ def launch_of(plan, go, element_size: int, phase: int = 0) -> tuple:
     key = (name, element_size, launcher.spec_of(args), tuple(constexprs.items()), tuple(options.items()))
     programs = go.programs if not shift else go.batch * args[3]
     return kernel, (programs, 1), scalars, options, key
-
 
 
 def clear_cache() -> None:
