@@ -773,18 +773,27 @@ def test_whole_dimension_tiles_follow_the_measured_rule(shape, dims, element_siz
     [
         ((62, 10, 8, 32, 44, 3), (3, 1, 4, 0, 2, 5), 4, True),  # 12-byte kept runs (the random suite's)
         ((9, 2, 130, 7), (2, 0, 1, 3), 2, True),  # 14 bytes
-        ((9, 2, 130, 8), (2, 0, 1, 3), 2, False),  # 16 bytes: kept, 16-byte vectors
+        ((9, 2, 130, 8), (2, 0, 1, 3), 2, True),  # 16 bytes: moved as 4 4-byte words, under 64 bytes
         ((16, 8, 32, 4), (2, 0, 1, 3), 4, True),  # 16 bytes of 4-byte elements: moved up to 64 bytes
         ((16, 8, 32, 12), (2, 0, 1, 3), 4, True),
         ((16, 8, 32, 16), (2, 0, 1, 3), 4, False),
+        ((16, 8, 32, 21), (2, 0, 1, 3), 4, True),  # 84 bytes, not whole 16-byte vectors: moved up to 128 bytes
+        ((16, 8, 32, 30), (2, 0, 1, 3), 4, True),  # 120 bytes
+        ((16, 8, 32, 24), (2, 0, 1, 3), 4, False),  # 96 bytes: whole vectors
+        ((16, 8, 32, 33), (2, 0, 1, 3), 4, False),  # 132 bytes
+        ((16, 8, 32, 84), (2, 0, 1, 3), 1, True),  # 84 bytes of int8: moved as 21 4-byte words
     ],
 )
 def test_short_kept_runs_are_tiled_as_moved(shape, dims, element_size, transposed):
-    """A kept inner dimension under SHORT_RUN_BYTES (by element size) is launched as a transposed tile whose
-    axis B starts from it (measured: fp32 12-byte runs went from 0.38 to 0.83 of copy); A then starts from the
-    input's next dimension, whose stride is not 1, so the loads take no vectors."""
+    """A kept inner dimension under SHORT_RUN_BYTES (by element size), or of 4-byte elements under
+    NARROW_RUN_BYTES and not whole 16-byte vectors, is launched as a transposed tile whose axis B starts
+    from it (measured: fp32 12-byte runs went from 0.38 to 0.83 of copy, 84-byte runs from 0.61 to 0.83);
+    A then starts from the input's next dimension, whose stride is not 1, so the loads take no vectors.
+    Rows plans are moved as 4-byte words where they allow it (``plan.regrouped``)."""
     p = plan.plan_permute(shape, _contiguous_strides(shape), dims, element_size)
     assert p.kind == "rows"
+    width = tuning.element_width(p, element_size, 16)
+    p, element_size = plan.regrouped(p, element_size, width), width
     go = tuning.permute_launch(p, element_size)
     last = len(p.sizes) - 1
     assert go.kept is (not transposed)

@@ -234,6 +234,10 @@ WHOLE_B_WASTE = 0.25
 # runs went from 0.38 to 0.83 of copy; fp32 runs of 16, 24 and 48 bytes from 0.28, 0.37, 0.52 to 0.96,
 # 0.92, 0.92, where bf16 and int8 runs of 16 and 48 bytes would lose 0.17 to 0.35).
 SHORT_RUN_BYTES = {1: 16, 2: 16, 4: 64, 8: 64}
+# Kept runs of 4- and 8-byte elements under NARROW_RUN_BYTES that are not whole 16-byte vectors are tiled as
+# moved too: the kept tile then moves narrower vectors (fp32 runs of 84 bytes 0.61 -> 0.83 of copy, of 120
+# bytes 0.76 -> 0.80; 64- and 128-byte runs keep their 16-byte vectors and lose as moved: 0.92 -> 0.75).
+NARROW_RUN_BYTES = 128
 # Rows plans are moved as elements of ROW_WORD_BYTES, or of 2 or 1 bytes where the kept run, a stride or
 # a pointer is not a multiple of 4 bytes (OneFlow's permute reinterprets an unchanged innermost run as a
 # wider element the same way; a run of the word's size becomes one element). On (n, n, R) by (1, 0, 2),
@@ -375,12 +379,15 @@ def element_width(p, element_size: int, alignment: int) -> int:
 
 def short_kept_run(sizes, in_strides, element_size: int) -> bool:
     """Whether the output's fastest dimension is also the input's contiguous one but runs shorter than
-    SHORT_RUN_BYTES: the launch then transposes, axis B starting from it, so that stores run over it and
-    the output's next dimensions together instead of a few bytes at a time."""
+    SHORT_RUN_BYTES (or, for 4- and 8-byte elements, than NARROW_RUN_BYTES without being whole 16-byte
+    vectors): the launch then transposes, axis B starting from it, so that stores run over it and the
+    output's next dimensions together instead of a few bytes at a time."""
     last = len(sizes) - 1
     if last < 1 or in_strides[last] != 1:
         return False
-    return sizes[last] * element_size < SHORT_RUN_BYTES[element_size] and bool(geometry.by_input_stride(in_strides))
+    run = sizes[last] * element_size
+    narrow = element_size >= 4 and run < NARROW_RUN_BYTES and run % VECTOR_BYTES
+    return (run < SHORT_RUN_BYTES[element_size] or bool(narrow)) and bool(geometry.by_input_stride(in_strides))
 
 
 def permute_launch(p, element_size: int, *, widen: bool = True, phase: int = 0) -> PermuteLaunch:
