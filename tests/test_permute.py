@@ -774,6 +774,7 @@ def test_whole_dimension_tiles_follow_the_measured_rule(shape, dims, element_siz
         ((62, 10, 8, 32, 44, 3), (3, 1, 4, 0, 2, 5), 4, True),  # 12-byte kept runs (the random suite's)
         ((9, 2, 130, 7), (2, 0, 1, 3), 2, True),  # 14 bytes
         ((9, 2, 130, 8), (2, 0, 1, 3), 2, True),  # 16 bytes: moved as 4 4-byte words, under 64 bytes
+        ((9, 2, 130, 9), (2, 0, 1, 3), 2, False),  # 18 bytes: stays 2-byte, at least 16 bytes: kept
         ((16, 8, 32, 4), (2, 0, 1, 3), 4, True),  # 16 bytes of 4-byte elements: moved up to 64 bytes
         ((16, 8, 32, 12), (2, 0, 1, 3), 4, True),
         ((16, 8, 32, 16), (2, 0, 1, 3), 4, False),
@@ -1119,13 +1120,14 @@ def test_a_refusal_says_the_permute_was_regrouped():
 
 
 # (shape, dims, dtype): transposed tiles whose output rows are whole 32-byte sectors apart, so that the
-# B tiles can start early by the output's offset past a sector (``geometry.store_shift``); B spans
-# several tiles, so that the shifted launch has a first, a full and a last B tile.
+# B tiles can start early by the output's offset past a sector (``geometry.store_shift``): three B tiles
+# (a first, a full and a last), shifts that add a B tile (beside two or three A tiles), a batch of two.
 SECTOR_CASES = [
-    ((32, 24, 64), (2, 1, 0), torch.int8),
-    ((2, 3, 4, 32, 64), (2, 0, 4, 1, 3), torch.int8),
-    ((64, 9, 32), (2, 1, 0), torch.bfloat16),
     ((32, 17, 16), (2, 1, 0), torch.float32),
+    ((16, 40, 8, 5), (1, 3, 2, 0), torch.int8),
+    ((8, 16, 96), (2, 1, 0), torch.float32),
+    ((32, 64, 2, 5), (0, 3, 2, 1), torch.bfloat16),
+    ((4, 2, 3, 8, 96), (1, 0, 4, 2, 3), torch.float32),
     ((16, 33, 8), (2, 1, 0), torch.float64),
 ]
 
@@ -1138,18 +1140,48 @@ def _sector_launch(shape, dims, dtype):
 
 @pytest.mark.parametrize("shape,dims,dtype", SECTOR_CASES, ids=[str(c[0]) for c in SECTOR_CASES])
 def test_store_shift_starts_b_tiles_on_sectors(shape, dims, dtype):
+    """With out 16 bytes past a sector, every B tile but the first starts on a sector (the first's
+    leading lanes are masked), where unshifted tiles start 16 bytes off one; the grid holds the shift."""
+    from tileflip.kernels.triton.permute import tile_grid
+
     p, go, es = _sector_launch(shape, dims, dtype)
     assert p.kind == "tiles" and not go.kept
     assert geometry.store_shift(p.sizes, p.out_strides, go, es, 0) == 0
-    assert geometry.store_shift(p.sizes, p.out_strides, go, es, 16) == 16 // es
     for phase in (1, 2, 4, 8):  # not whole 16-byte store vectors: the tiles stay where they are
         assert geometry.store_shift(p.sizes, p.out_strides, go, es, phase) == 0
-    # shifted B tiles: one more where the axis does not leave room for the shift in its last tile
-    from tileflip.kernels.triton.permute import tile_grid
-
+    shift = geometry.store_shift(p.sizes, p.out_strides, go, es, 16)
+    assert shift == 16 // es
     size_b = math.prod(p.sizes[d] for d in go.b_dims)
-    grid = tile_grid(go, size_b, 16 // es)
-    assert grid[1] == go.grid[1] and (grid[0] - 1) * go.blocks[0] < size_b + 16 // es <= grid[0] * go.blocks[0]
+
+    def out_b(index):  # the output offset of B index ``index`` (A's and the batch's are whole sectors)
+        off = 0
+        for d in go.b_dims:
+            off += index % p.sizes[d] * p.out_strides[d]
+            index //= p.sizes[d]
+        return off
+
+    grid = tile_grid(go, size_b, shift)
+    starts = [k * go.blocks[0] - shift for k in range(1, grid[0])]  # none where one B tile holds the axis
+    assert all(0 <= b < size_b for b in starts)
+    assert all((16 + out_b(b) * es) % 32 == 0 for b in starts)
+    assert all((16 + out_b(k * go.blocks[0]) * es) % 32 == 16 for k in range(1, go.grid[0]))
+    assert grid[1] == go.grid[1] and grid[0] == -(-(size_b + shift) // go.blocks[0])
+
+
+@without_interpreter
+def test_shifted_tiles_keep_their_vectors():
+    """Compiled for sm_90 (no GPU): the tile kernel with its B tiles shifted onto sectors has the same
+    access layouts and as many 16-byte stores as without the shift (full tiles and masked tails)."""
+    from tileflip.kernels.triton.layout import every_access_layout
+    from tileflip.kernels.triton.permute import compiled_tile_kernel
+
+    p, go, es = _sector_launch(*SECTOR_CASES[1])
+    shift = geometry.store_shift(p.sizes, p.out_strides, go, es, 16)
+    assert shift and go.vec[1] * es == 16
+    plain, shifted = compiled_tile_kernel(p, go, es), compiled_tile_kernel(p, go, es, shift)
+    assert every_access_layout(shifted.asm["ttgir"]) == every_access_layout(plain.asm["ttgir"])
+    stores = [len(re.findall(r"st\.global(?:\.\w+)*\.v4\.b32", k.asm["ptx"])) for k in (plain, shifted)]
+    assert stores[0] > 0 and stores[1] == stores[0], stores
 
 
 def test_store_shift_only_where_every_output_row_starts_at_one_phase():
@@ -1197,15 +1229,13 @@ KEPT_SECTOR_CASE = ((8, 4, 6, 16), (2, 0, 1, 3), torch.float32)
 def test_kept_rows_off_a_sector_take_the_flat_kernel():
     p, go, es = _sector_launch(*KEPT_SECTOR_CASE)
     assert p.kind == "rows" and go.kept and not go.flat
-    for phase in (4, 8, 16, 48 % 32):
-        assert tuning.permute_launch(p, es, phase=phase).flat
-    assert not tuning.permute_launch(p, es, phase=32 % 32).flat
+    assert tuning.permute_launch(p, es, off_sector=True).flat
     # rows of 128 bytes or more take it wherever out starts
     p, go, es = _sector_launch((8, 4, 6, 32), (2, 0, 1, 3), torch.float32)
     assert go.flat
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("phase", [0, 16])
+@pytest.mark.parametrize("phase", [0, 4, 8, 16, 24])
 def test_kept_rows_off_a_sector_move_exact_bits(phase, device):
     _check_off_a_sector(*KEPT_SECTOR_CASE, phase, device)

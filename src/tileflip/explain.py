@@ -9,6 +9,7 @@ from tileflip.plan.launch import (
     THIN_ROW_BYTES,
     THIN_WARPS,
     VECTOR_BYTES,
+    cdiv,
     product,
     realign_grid,
     realign_tile,
@@ -168,9 +169,11 @@ def _permute_launch(p, size) -> list[str]:
     ]
     shift = store_shift(p.sizes, p.out_strides, go, size, VECTOR_BYTES)
     if shift:
+        more = cdiv(size_b + shift, bb) - go.grid[0]
         lines.append(f"where out starts 16 bytes past a 32-byte sector: B tiles start {shift} elements early, "
-                     "so that each tile's stores begin on a sector")  # fmt: skip
-    flat = go.kept and tuning.permute_launch(p, size, phase=VECTOR_BYTES).flat
+                     "so that each tile's stores begin on a sector"
+                     + (f" ({more} more B tile)" if more else ""))  # fmt: skip
+    flat = go.kept and tuning.permute_launch(p, size, off_sector=True).flat
     if flat:
         lines.append("where out starts off a 32-byte sector: the flat rows kernel, whose warps write whole sectors")
     return lines

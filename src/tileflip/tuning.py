@@ -234,9 +234,10 @@ WHOLE_B_WASTE = 0.25
 # runs went from 0.38 to 0.83 of copy; fp32 runs of 16, 24 and 48 bytes from 0.28, 0.37, 0.52 to 0.96,
 # 0.92, 0.92, where bf16 and int8 runs of 16 and 48 bytes would lose 0.17 to 0.35).
 SHORT_RUN_BYTES = {1: 16, 2: 16, 4: 64, 8: 64}
-# Kept runs of 4- and 8-byte elements under NARROW_RUN_BYTES that are not whole 16-byte vectors are tiled as
-# moved too: the kept tile then moves narrower vectors (fp32 runs of 84 bytes 0.61 -> 0.83 of copy, of 120
-# bytes 0.76 -> 0.80; 64- and 128-byte runs keep their 16-byte vectors and lose as moved: 0.92 -> 0.75).
+# Kept runs of 4-byte elements (8-byte rows are moved as 4-byte words) under NARROW_RUN_BYTES that are not
+# whole 16-byte vectors are tiled as moved too: the kept tile then moves narrower vectors (fp32 runs of
+# 84 bytes 0.61 -> 0.83 of copy, of 120 bytes 0.76 -> 0.80; 64- and 128-byte runs keep their 16-byte
+# vectors and lose as moved: 0.92 -> 0.75).
 NARROW_RUN_BYTES = 128
 # Rows plans are moved as elements of ROW_WORD_BYTES, or of 2 or 1 bytes where the kept run, a stride or
 # a pointer is not a multiple of 4 bytes (OneFlow's permute reinterprets an unchanged innermost run as a
@@ -292,7 +293,8 @@ THIN_TILE_STORE_BYTES = 8
 # (2, 0, 3, 1, 4), R from 17 to 4098 bytes, and the permute-wide suite's rows cases: the tile 0.95-1.09
 # at 16, 0.77-0.96 at 8 (8 cases), 0.61-0.88 at 4 (3), 0.49-0.84 at 2, 0.29-0.55 at 1, 0.75-0.96 moved
 # (8, of 4-byte elements); the row copy 0.40-0.87 up to 4 KiB, 0.86-0.94 on runs of 8 KiB and more
-# (0.82-0.94 on rows that are 16-byte aligned, where the tile is ahead but for one 0.76 case).
+# (0.82-0.94 on rows that are 16-byte aligned, where the tile is ahead but for one 0.76 case). Narrow runs
+# tiled as moved (NARROW_RUN_BYTES, 84 and 120 bytes) ran at 0.80-0.83, under 0.88 but far over the row copy.
 ROWS_TILE_FRACTION = {16: 0.98, 8: 0.86, 4: 0.84, 2: 0.65, 1: 0.42}
 ROWS_MOVED_FRACTION = 0.88
 SHIFT_FRACTION = ((0, 0.44), (32, 0.48), (64, 0.51), (128, 0.54), (256, 0.57), (512, 0.60), (1024, 0.72),
@@ -390,10 +392,10 @@ def short_kept_run(sizes, in_strides, element_size: int) -> bool:
     return (run < SHORT_RUN_BYTES[element_size] or bool(narrow)) and bool(geometry.by_input_stride(in_strides))
 
 
-def permute_launch(p, element_size: int, *, widen: bool = True, phase: int = 0) -> PermuteLaunch:
-    """The launch of ``p`` (a ``tileflip.plan.PermutePlan`` of kind rows, copy, tiles or general) with the
-    output ``phase`` bytes past a 32-byte sector. ``widen`` False: vectors from each side's fastest
-    dimension alone, never from the runs the axes form."""
+def permute_launch(p, element_size: int, *, widen: bool = True, off_sector: bool = False) -> PermuteLaunch:
+    """The launch of ``p`` (a ``tileflip.plan.PermutePlan`` of kind rows, copy, tiles or general);
+    ``off_sector``: the output does not start on a 32-byte sector. ``widen`` False: vectors from each
+    side's fastest dimension alone, never from the runs the axes form."""
     sizes = p.sizes
     if p.kind == "general":
         return geometry.general_launch(sizes)
@@ -403,7 +405,7 @@ def permute_launch(p, element_size: int, *, widen: bool = True, phase: int = 0) 
     vec = geometry.vector_widths(sizes, p.in_strides, kept, element_size)
     cap = VECTOR_BYTES // element_size
     if (p.kind == "rows" and kept and vec == (cap, cap) and len(sizes) >= 2
-            and (sizes[-1] * element_size >= ROWS_FLAT_MIN_BYTES or phase % geometry.SECTOR_BYTES)):  # fmt: skip
+            and (sizes[-1] * element_size >= ROWS_FLAT_MIN_BYTES or off_sector)):  # fmt: skip
         return geometry.rows_flat_launch(sizes, p.in_strides, element_size, ROWS_FLAT_ELEMENTS, ROWS_FLAT_WARPS)
 
     def launch(vec, tile_vec, wide_tiles=True):

@@ -235,8 +235,8 @@ def launch_permute(x, out, p, backend: str = "triton") -> None:
         x2 = x.as_strided((s1, s0), (st1, st0), x.storage_offset())
         kernels("triton.transpose").launch(x2, out.view(s0, s1), tuning.triton_config(es, (s1, s0), st1))
         return
-    phase = out.data_ptr() % SECTOR_BYTES if p.kind == "rows" else 0  # only a kept tile's launch depends on it
-    kernels("triton.permute").launch(x, out, p, _permute_launch(p, es, phase=phase))
+    off_sector = p.kind == "rows" and out.data_ptr() % SECTOR_BYTES != 0  # only a kept tile's launch depends on it
+    kernels("triton.permute").launch(x, out, p, _permute_launch(p, es, off_sector=off_sector))
 
 
 # The launch descriptions, once per plan: the policy's Python costs tens of microseconds, a call's budget.

@@ -292,8 +292,8 @@ def store_shift(sizes, out_strides, go: PermuteLaunch, element_size: int, phase:
         return 0
     shift = phase // element_size
     size_b = product(sizes[d] for d in go.b_dims)
-    # Where no tile splits a run, the shift only pays where it adds no B tile (a tile that covers a whole
-    # run already writes it in one piece; half-empty extra tiles cost more than they save).
+    # Where a B tile holds a whole run, the shift only pays where it adds no B tile (the tile already
+    # writes the run in one piece; half-empty extra tiles cost more than they save).
     if run <= go.blocks[0] and cdiv(size_b + shift, go.blocks[0]) > cdiv(size_b, go.blocks[0]):
         return 0
     return shift

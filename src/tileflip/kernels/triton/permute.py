@@ -293,7 +293,9 @@ def clear_cache() -> None:
 def launch(x, out, plan, go) -> None:
     """Run ``plan`` (kind rows, copy, tiles or general) on launch ``go`` from ``x`` into the contiguous
     ``out``; the caller has checked every argument."""
-    kernel, grid, scalars, options, key = launch_of(plan, go, x.element_size(), out.data_ptr() % SECTOR_BYTES)
+    # only a transposed tile's launch depends on out's place in its sector (``store_shift``)
+    phase = out.data_ptr() % SECTOR_BYTES if go.b_dims and not (go.kept or go.flat) else 0
+    kernel, grid, scalars, options, key = launch_of(plan, go, x.element_size(), phase)
     if _INTERPRETED:
         kernel[grid](as_uint(x), as_uint(out), *scalars, **options)
         return
@@ -306,12 +308,13 @@ def launch(x, out, plan, go) -> None:
 _INTERPRETED = launcher.is_interpreted_kernel(permute_tile_kernel)
 
 
-def compiled_tile_kernel(plan, go, element_size: int):
+def compiled_tile_kernel(plan, go, element_size: int, shift: int = 0):
     """The kernel of ``plan`` on launch ``go`` (the tile kernel, or the flat rows kernel where the launch
-    is flat) compiled for sm_90 as its launch would specialize it (no GPU needed)."""
+    is flat; B tiles ``shift`` elements early) compiled for sm_90 as its launch would specialize it (no
+    GPU needed)."""
     from tileflip.kernels.triton.layout import compile_launch
 
-    name, args, constexprs = kernel_args(plan, go)
+    name, args, constexprs = kernel_args(plan, go, shift)
     kernel = getattr(launcher.interpreted_module(__name__, __file__), name)
     names = [p.name for p in kernel.params if not p.is_constexpr]
     values = dict(zip(names, (None, None, *args)))
