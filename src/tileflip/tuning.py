@@ -248,11 +248,11 @@ NARROW_RUN_BYTES = 128
 # sides (bf16 (1088, 4672, 2, 4) by (0, 2, 1, 3): 0.68 -> 0.59).
 ROW_WORD_BYTES = 4
 # Rows plans with 16-byte vectors and kept runs of at least ROWS_FLAT_MIN_BYTES run the flat rows kernel,
-# ROWS_FLAT_ELEMENTS a program on ROWS_FLAT_WARPS warps (bf16 32-byte runs fell 0.92 -> 0.62 on it, fp32
-# 64-byte runs 0.92 -> 0.71; runs of 128 and 192 bytes moved 0.97-0.99 -> 0.98-1.01, 96 bytes 1.00 -> 0.96).
+# ROWS_FLAT_ELEMENTS a program on ROWS_FLAT_WARPS warps (bf16 runs of 32 bytes fell 0.92 -> 0.62 on it, fp32
+# runs of 64 bytes 0.92 -> 0.71; runs of 128 and 192 bytes: 0.97-0.99 -> 0.98-1.01; of 96 bytes: 1.00 -> 0.96).
 # Where the output starts off a 32-byte sector, shorter kept runs take it too: the kept tile's warps then
-# write every run's first and last sector in halves (fp8 128-byte runs 0.69 against 1.02, fp32 64-byte
-# runs 0.48 against 0.73; docs/design.md, the stability suite).
+# write every run's first and last sector in halves (fp8 runs of 128 bytes: 0.69 against 1.02; fp32 runs of
+# 64 bytes: 0.48 against 0.73; docs/design.md, the stability suite).
 ROWS_FLAT_MIN_BYTES = 128
 ROWS_FLAT_ELEMENTS = 1024
 ROWS_FLAT_WARPS = 4
