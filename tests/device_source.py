@@ -14,6 +14,7 @@ SIGNATURES = {
     "merged_words": "a, b, cut", "quotient": "n, magic, shift", "row_offset": "r, p",
     "word_first": "item, j, lane, m", "word_source": "base, rc, first, j, p", "row_col": "at, p", "advanced": "rc, p",
     "first_word": "at, lo, hi", "second_word": "at, lo, hi", "source_word": "s, a0, a1",
+    "split_src": "S, E, b, w, j", "split_word": "S, E, v, b, w", "split_offsets": "g, p",
 }
 
 
@@ -31,7 +32,7 @@ def _expr(e):
     e = re.sub(r"static_cast<[^>]+>", "", e)
     e = re.sub(r"reinterpret_cast<const tf_u32\*>", "as_u32", e)
     e = re.sub(r"\b(0x[0-9a-fA-F]+|\d+)u\b", r"\1", e)
-    e = re.sub(r"\b(src_row|src_byte)<S, E>\(", r"\1(S, E, ", e)
+    e = re.sub(r"\b(src_row|src_byte|split_word)<S, E>\(", r"\1(S, E, ", e)
     e = re.sub(r"\b([A-Z]\w*)\{([^{}]*)\}", r"\1(\2)", e)  # a struct's brace initializer
     e = re.sub(r"\bfrom\b", "from_", e)
     e = e.replace(" / ", " // ").replace("make_uint4", "U4").replace(" && ", " and ").replace(" || ", " or ")

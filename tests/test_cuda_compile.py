@@ -136,11 +136,13 @@ def test_nvrtc_compiles_the_realigned_permute():
 def check_words_cubin(elf: bytes) -> None:
     assert cubin_arch(elf) == ARCH
     names = cuda_words.kernel_names()
-    assert global_functions(elf) == set(names) and len(names) == 15 + 7 + 1
+    assert global_functions(elf) == set(names) and len(names) == 15 + 7 + 7 + 3 + 1
     for name in cuda_words.thin_kernel_names():  # four warps' staged output: 512 * S bytes and a word's
         s = int(name.rsplit("_", 1)[1])  # reach on either side (sm_90 cubins may count the 1 KiB the system reserves)
         assert 0 <= static_shared_bytes(elf, name) - 4 * (16 + 512 * s + 32) <= 1024, name
     assert static_shared_bytes(elf, cuda_words.SHIFT_KERNEL) <= 1024  # the row copy stages nothing
+    for name in cuda_words.split_kernel_names():  # the split kernels move everything in registers
+        assert static_shared_bytes(elf, name) <= 1024, name
 
 
 def test_nvrtc_compiles_the_word_kernels():
@@ -160,6 +162,12 @@ def test_thin_params_match_the_kernels_struct():
     # ThinParams: 3 int64, 4 int32, then 6 + 6 int64; the launcher fills it from thin_fields
     assert ctypes.sizeof(cuda_words._ThinParams) == 3 * 8 + 4 * 4 + 12 * 8
     assert _declared_fields("ThinParams") == [name for name, _ in cuda_words._ThinParams._fields_]
+
+
+def test_split_params_match_the_kernels_struct():
+    # SplitParams: 3 int64, 4 int32, then 6 + 6 + 6 int64; the launcher fills it from split_fields
+    assert ctypes.sizeof(cuda_words._SplitParams) == 3 * 8 + 4 * 4 + 18 * 8
+    assert _declared_fields("SplitParams") == [name for name, _ in cuda_words._SplitParams._fields_]
 
 
 def test_shift_params_match_the_kernels_struct():

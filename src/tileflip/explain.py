@@ -212,6 +212,19 @@ def _strategy_or(p, size, lines) -> list[str]:
             f"  grid: {go.blocks} blocks of {32 * THIN_WARPS} threads striding over {go.items} warp items",
             *otherwise,
         ]
+    if strategy == "split":
+        s, n = go.rows, p.sizes[-1]
+        return [
+            head,
+            "CUDA split-transpose kernel (backend auto or cuda-split; kernels/cuda/permute_words.cu):",
+            f"  {s} output rows of {n} elements per batch index, split in registers out of {n} x {s} contiguous "
+            f"input elements ({s} compiled in)",
+            f"  batch: {_axis(p, go.batch_dims)} = {go.batch}",
+            f"  {go.chunks} pieces of {THIN_ROW_BYTES} B a row; 16 x {s} B a lane, each row's piece written as "
+            "aligned 16 B words",
+            f"  grid: {go.blocks} blocks of {32 * THIN_WARPS} threads striding over {go.items} warp items",
+            *otherwise,
+        ]
     ta, step = realign_tile(size)
     pieces = ("on 16-byte boundaries" if tuning.realign_aligned(p, go, size)
               else "at any byte (each shifted into place with the next lane's word)")  # fmt: skip

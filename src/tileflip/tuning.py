@@ -18,7 +18,15 @@ from pathlib import Path
 
 from tileflip.plan import launch as geometry
 from tileflip.plan.grid import TileConfig
-from tileflip.plan.launch import VECTOR_BYTES, PermuteLaunch, ShiftLaunch, ThinLaunch, product, realign_tile
+from tileflip.plan.launch import (
+    VECTOR_BYTES,
+    PermuteLaunch,
+    ShiftLaunch,
+    SplitLaunch,
+    ThinLaunch,
+    product,
+    realign_tile,
+)
 
 TABLE_FILE = Path(__file__).with_name("data") / "tuning-h200.json"
 
@@ -282,6 +290,12 @@ REALIGN_WARPS = 9  # the kernel's 288 threads
 THIN_FRACTION = {1: 0.82, 2: 0.77}
 TILE_THIN_FRACTION = {1: {False: 0.74, True: 0.18}, 2: {False: 0.95, True: 0.24}}
 THIN_BLOCKS = 132 * 8
+# Split transposes (the thin kernel's mirror: the input's contiguous dimension, at most 8 bytes, interleaves
+# the output's rows), by element size: the split kernel's fraction of copy per share of its lanes' pieces
+# filled (``split_fill``). Medians over the 11 permute-wide cases of this class and four image and
+# complex-plane layouts (H200): int8 0.73-0.94 (S of 2: 0.73-0.74; the tile kernel 0.41-0.54 where S*E is
+# not 4), bf16 0.71-0.97 (the tile kernel 0.59-1.01).
+SPLIT_FRACTION = {1: 0.84, 2: 0.90}
 # The thin kernel is weighed only where the tile kernel stores fewer bytes than this at a time: the thin
 # figures come from such cases (1 to 4 bytes), and where the tile's axes form 8-byte stores it ran at 0.87
 # against the thin kernel's 0.36 (int8 (7, 46, 8, 72, 38, 10) by (0, 3, 4, 1, 5, 2)).
@@ -496,6 +510,14 @@ def thin_candidate(p, element_size: int) -> ThinLaunch | None:
     return geometry.thin_launch(p.sizes, p.in_strides, element_size, THIN_BLOCKS)
 
 
+def split_candidate(p, element_size: int) -> SplitLaunch | None:
+    """The launch of plan ``p`` (kind tiles or transpose2d) on the split-transpose CUDA kernel where it
+    can take it (``geometry.split_launch``), else None."""
+    if p.kind not in ("tiles", "transpose2d"):
+        return None
+    return geometry.split_launch(p.sizes, p.in_strides, element_size, THIN_BLOCKS)
+
+
 def shift_candidate(p, element_size: int) -> ShiftLaunch | None:
     """The launch of plan ``p`` (kind rows) on the realigned row copy where it can take it
     (``geometry.shift_launch``), else None."""
@@ -527,7 +549,7 @@ def strategy_fractions(p, element_size: int, alignment: int = VECTOR_BYTES) -> d
     """The model's predicted fraction of copy of each strategy it weighs for plan ``p`` (with both pointers
     aligned to ``alignment`` bytes): for a rows plan, the Triton rows tile and, where it can take the plan,
     the realigned row copy (``"shift"``); for 1- and 2-byte transposed tiles, the Triton tile kernel and,
-    where they can take it, the realigned-store and the thin-transpose CUDA kernels; else none."""
+    where they can take it, the realigned-store, thin-transpose and split-transpose CUDA kernels; else none."""
     return _strategies(p, element_size, alignment)[0]
 
 
@@ -537,12 +559,14 @@ def _strategies(p, element_size: int, alignment: int) -> tuple[dict, dict]:
         launches = {"tile": None, "shift": shift_candidate(p, element_size)}
         return _rows_fractions(p, element_size, alignment, launches["shift"]), launches
     if element_size in REALIGN_SIZES and p.kind in ("tiles", "transpose2d"):
-        launches = {"tile": None, "realign": realign_candidate(p, element_size), "thin": thin_weighed(p, element_size)}
-        return _fractions(p, element_size, launches["realign"], launches["thin"]), launches
+        launches = {"tile": None, "realign": realign_candidate(p, element_size), "thin": thin_weighed(p, element_size),
+                    "split": split_candidate(p, element_size)}  # fmt: skip
+        return _fractions(p, element_size, launches), launches
     return {}, {}
 
 
-def _fractions(p, element_size: int, realign, thin) -> dict:
+def _fractions(p, element_size: int, launches: dict) -> dict:
+    realign, thin, split = launches["realign"], launches["thin"], launches["split"]
     fractions = {"tile": TILE_FRACTION[element_size][tile_vectors(p, element_size)]}
     if realign is not None:
         aligned = realign_aligned(p, realign, element_size)
@@ -550,13 +574,16 @@ def _fractions(p, element_size: int, realign, thin) -> dict:
     if thin is not None:
         fractions["tile"] = TILE_THIN_FRACTION[element_size][len(p.sizes) > 2]
         fractions["thin"] = THIN_FRACTION[element_size] * geometry.thin_fill(p.sizes, thin, element_size)
+    if split is not None:
+        fractions["split"] = SPLIT_FRACTION[element_size] * geometry.split_fill(p.sizes, split, element_size)
     return fractions
 
 
 def permute_strategy(p, element_size: int, alignment: int = VECTOR_BYTES) -> tuple:
     """(strategy, its launch) the model picks for plan ``p`` (with both pointers aligned to ``alignment``
-    bytes): ``("tile", None)`` (the Triton kernels), ``("realign", PermuteLaunch)``, ``("thin", ThinLaunch)``
-    or ``("shift", ShiftLaunch)``, the largest predicted fraction of copy (the tile kernel on a tie)."""
+    bytes): ``("tile", None)`` (the Triton kernels), ``("realign", PermuteLaunch)``, ``("thin", ThinLaunch)``,
+    ``("split", SplitLaunch)`` or ``("shift", ShiftLaunch)``, the largest predicted fraction of copy (the
+    tile kernel on a tie)."""
     fractions, launches = _strategies(p, element_size, alignment)
     if not fractions:
         return "tile", None

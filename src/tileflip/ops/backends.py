@@ -23,14 +23,14 @@ import torch
 from tileflip import tuning
 from tileflip.kernels.dtypes import as_width
 from tileflip.plan import regrouped as plan_regrouped
-from tileflip.plan.launch import SECTOR_BYTES, shift_refusal, thin_refusal
+from tileflip.plan.launch import SECTOR_BYTES, shift_refusal, split_refusal, thin_refusal
 
 BACKENDS = ("auto", "triton", "triton-gather", "cuda-naive", "cuda-tiled", "cuda-tiled-nopad", "cuda-vec", "torch")
 TRITON_BACKENDS = ("triton", "triton-gather")
 CUDA_BACKENDS = {"cuda-naive": "naive", "cuda-tiled": "tiled", "cuda-tiled-nopad": "tiled_nopad", "cuda-vec": "vec"}
-PERMUTE_BACKENDS = ("auto", "triton", "cuda-realign", "cuda-thin", "cuda-shift", "torch")
+PERMUTE_BACKENDS = ("auto", "triton", "cuda-realign", "cuda-thin", "cuda-split", "cuda-shift", "torch")
 # the CUDA C++ permute kernels, refused where they cannot run
-CUDA_PERMUTE_BACKENDS = ("cuda-realign", "cuda-thin", "cuda-shift")
+CUDA_PERMUTE_BACKENDS = ("cuda-realign", "cuda-thin", "cuda-split", "cuda-shift")
 
 _modules: dict = {}
 
@@ -171,10 +171,10 @@ def permute_refusal(backend: str, x, p) -> str | None:
         return f"it moves 1- and 2-byte elements, got {es}-byte ones"
     if not nvrtc_available():
         return NVRTC_MISSING
-    if backend == "cuda-thin":
+    if backend in ("cuda-thin", "cuda-split"):
         if p.kind not in ("tiles", "transpose2d"):
             return "it transposes: the output's fastest dimension must not be the input's"
-        return thin_refusal(p.sizes, p.in_strides, es)
+        return (thin_refusal if backend == "cuda-thin" else split_refusal)(p.sizes, p.in_strides, es)
     go = _realign_candidate(p, es) if p.kind in ("tiles", "transpose2d") else None
     if go is None or kernels("cuda.permute").params_of(p, go, es) is None:
         return ("it transposes: the output's fastest dimension must not be the input's, one input dimension must "
@@ -203,9 +203,10 @@ def moved_as(x, out, p) -> tuple:
 
 
 def launch_permute(x, out, p, backend: str = "triton") -> None:
-    """Run permute plan ``p`` on ``backend``: ``"cuda-realign"`` / ``"cuda-thin"`` / ``"cuda-shift"``
-    (checked by ``permute_refusal``) the CUDA kernel that realigns 1- and 2-byte rows / that turns thin
-    sides around in registers / that copies kept rows as realigned 16-byte words; ``"auto"`` the
+    """Run permute plan ``p`` on ``backend``: ``"cuda-realign"`` / ``"cuda-thin"`` / ``"cuda-split"`` /
+    ``"cuda-shift"`` (checked by ``permute_refusal``) the CUDA kernel that realigns 1- and 2-byte rows /
+    that turns thin sides around in registers / that splits interleaved input rows in registers / that
+    copies kept rows as realigned 16-byte words; ``"auto"`` the
     strategy the model picks (``tuning.permute_strategy``) where NVRTC is there for a CUDA kernel; else
     the 2-D transpose kernel or the Triton permute kernels."""
     es = x.element_size()
@@ -214,6 +215,8 @@ def launch_permute(x, out, p, backend: str = "triton") -> None:
         strategy, go = "realign", _realign_candidate(p, es)
     elif backend == "cuda-thin":
         strategy, go = "thin", _thin_candidate(p, es)
+    elif backend == "cuda-split":
+        strategy, go = "split", _split_candidate(p, es)
     elif backend == "cuda-shift":
         strategy, go = "shift", _shift_candidate(p, es)
     elif backend == "auto" and x.is_cuda:
@@ -221,9 +224,10 @@ def launch_permute(x, out, p, backend: str = "triton") -> None:
     else:
         strategy, go = "tile", None
     if go is not None and nvrtc_available():
-        if strategy in ("thin", "shift"):
+        if strategy in ("thin", "split", "shift"):
             words = kernels("cuda.words")
-            (words.launch_thin if strategy == "thin" else words.launch_shift)(x, out, p, go)
+            launchers = {"thin": words.launch_thin, "split": words.launch_split, "shift": words.launch_shift}
+            launchers[strategy](x, out, p, go)
             return
         cuda_permute = kernels("cuda.permute")
         if cuda_permute.params_of(p, go, es) is not None:
@@ -244,6 +248,7 @@ _permute_launch = lru_cache(maxsize=256)(tuning.permute_launch)
 _permute_strategy = lru_cache(maxsize=256)(tuning.permute_strategy)
 _realign_candidate = lru_cache(maxsize=256)(tuning.realign_candidate)
 _thin_candidate = lru_cache(maxsize=256)(tuning.thin_candidate)
+_split_candidate = lru_cache(maxsize=256)(tuning.split_candidate)
 _shift_candidate = lru_cache(maxsize=256)(tuning.shift_candidate)
 _element_width = lru_cache(maxsize=256)(tuning.element_width)
 _regrouped = lru_cache(maxsize=256)(plan_regrouped)

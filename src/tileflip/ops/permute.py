@@ -32,12 +32,14 @@ def permute(x: torch.Tensor, dims, out: torch.Tensor | None = None, *, backend: 
     ``"cuda-realign"`` (the CUDA C++ kernel of ``kernels/cuda/permute_realign.cu`` for 1- and 2-byte
     elements whose rows start at any element), ``"cuda-thin"`` (a CUDA C++ kernel of
     ``kernels/cuda/permute_words.cu`` for 1- and 2-byte permutes whose output's fastest dimension spans
-    2 to 16 bytes against an input-contiguous one), ``"cuda-shift"`` (the realigned row copy of
-    ``permute_words.cu``: permutes that keep the input's contiguous dimension innermost, rows of 16 bytes
-    or more, any element size and alignment); each refuses a call it cannot take, with the reason;
+    2 to 16 bytes against an input-contiguous one), ``"cuda-split"`` (its mirror, in the same file: the
+    input's contiguous dimension, 2 to 8 bytes, interleaves the output's rows), ``"cuda-shift"`` (the
+    realigned row copy of ``permute_words.cu``: permutes that keep the input's contiguous dimension
+    innermost, rows of 16 bytes or more, any element size and alignment); each refuses a call it cannot
+    take, with the reason;
     ``"torch"`` (``out.copy_(x.permute(dims))``) and ``"auto"``: on a GPU, the strategy the model
     predicts fastest (``tuning.permute_strategy``: the Triton kernels, or where NVRTC is installed the
-    realigned-store or thin kernel for 1- and 2-byte transposes, the row copy for kept rows off 16-byte
+    realigned-store, thin or split kernel for 1- and 2-byte transposes, the row copy for kept rows off 16-byte
     boundaries); on a CPU tensor as for ``transpose``. A permute that keeps the contiguous dimension is
     moved as 4-byte words where its run, strides and pointers allow (``tuning.element_width``).
     """

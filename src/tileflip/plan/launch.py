@@ -34,6 +34,11 @@ THIN_MAX_S_BYTES = 16
 THIN_WARPS = 4
 THIN_BATCH_DIMS = 6
 
+# The split-transpose CUDA kernel (kernels/cuda/permute_words.cu, permute_split_*): the thin kernel's
+# mirror, whose input blocks interleave S output rows (S at most 8 bytes, held in registers a lane).
+SPLIT_MAX_S_BYTES = 8
+SPLIT_BATCH_DIMS = 6
+
 # The realigned row copy (kernels/cuda/permute_words.cu, permute_shift_rows): output bytes a warp item
 # writes (32 lanes x 4 words of 16 bytes), its warps a block, the outer dimensions its decode holds, and
 # its row lengths (a 16-byte word spans at most two rows; a row's byte index and 2 KiB past it fit 31 bits).
@@ -521,6 +526,79 @@ def thin_fields(sizes, in_strides, go: ThinLaunch) -> tuple:
     return (
         sizes[-2], in_strides[-1], go.batch, go.chunks, go.items, go.lanes, len(go.batch_dims),
         tuple(sizes[d] for d in go.batch_dims) + pad, tuple(in_strides[d] for d in go.batch_dims) + pad,
+    )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class SplitLaunch:
+    """A split transpose's launch on the CUDA kernels ``permute_split_*`` of ``permute_words.cu``: the
+    output's fastest dimension (N elements a row) reads the input at stride S, and its dimension
+    ``s_dim`` (S elements, compiled into the kernel as ``rows``) at stride 1, so that each batch index's
+    S output rows come from N x S contiguous input elements. ``chunks`` pieces of THIN_ROW_BYTES a row;
+    ``batch`` indices over ``batch_dims`` (the other dimensions, innermost first); ``items`` warp items
+    (chunks x batch), ``blocks`` of THIN_WARPS warps striding over them."""
+
+    rows: int
+    s_dim: int
+    chunks: int
+    batch: int
+    batch_dims: tuple
+    items: int
+    blocks: int
+
+
+def split_refusal(sizes, in_strides, element_size: int) -> str | None:
+    """Why the split-transpose kernel cannot take merged ``sizes`` / ``in_strides`` (output order), or None."""
+    last = len(sizes) - 1
+    if element_size not in (1, 2):
+        return f"it moves 1- and 2-byte elements, got {element_size}-byte ones"
+    if last < 1 or in_strides[last] == 1:
+        return "it transposes: the output's fastest dimension must not be the input's"
+    unit = [d for d in range(last) if in_strides[d] == 1]
+    if not unit or sizes[unit[0]] != in_strides[last]:
+        return ("the output's fastest dimension must read the input at stride S, where S is the size of "
+                "the output dimension of input stride 1")  # fmt: skip
+    s = sizes[unit[0]]
+    if s * element_size > SPLIT_MAX_S_BYTES:
+        return f"the dimension of input stride 1 must span 2 to {SPLIT_MAX_S_BYTES} bytes, not {s * element_size}"
+    if last - 1 > SPLIT_BATCH_DIMS:
+        return f"the other dimensions must merge to at most {SPLIT_BATCH_DIMS}, not {last - 1}"
+    batch = product(sizes[:last]) // s
+    if batch >= INT32_LIMIT or cdiv(sizes[last], THIN_ROW_BYTES // element_size) * batch >= INT32_LIMIT // 2:
+        return "its indices must fit 32 bits"
+    return None
+
+
+def split_launch(sizes, in_strides, element_size: int, max_blocks: int) -> SplitLaunch | None:
+    """The split-transpose launch of merged ``sizes`` / ``in_strides`` (output order), or None where the
+    kernel cannot take them (``split_refusal`` says why)."""
+    if split_refusal(sizes, in_strides, element_size) is not None:
+        return None
+    last = len(sizes) - 1
+    s_dim = next(d for d in range(last) if in_strides[d] == 1)
+    chunks = cdiv(sizes[last], THIN_ROW_BYTES // element_size)
+    batch = product(sizes[:last]) // sizes[s_dim]
+    items = chunks * batch
+    return SplitLaunch(sizes[s_dim], s_dim, chunks, batch, tuple(d for d in range(last - 1, -1, -1) if d != s_dim),
+                       items, min(cdiv(items, THIN_WARPS), max_blocks))  # fmt: skip
+
+
+def split_fill(sizes, go: SplitLaunch, element_size: int) -> float:
+    """The share of the lanes' 16-byte pieces of launch ``go`` that hold elements of a row (a row's last
+    piece of THIN_ROW_BYTES is partly empty)."""
+    return sizes[-1] / (go.chunks * (THIN_ROW_BYTES // element_size))
+
+
+def split_fields(sizes, in_strides, go: SplitLaunch) -> tuple:
+    """The kernel's ``SplitParams`` (permute_words.cu), field for field: N, the S dimension's output stride,
+    batch, chunks, items, the batch dimensions, and their sizes, input and output strides (innermost
+    first, padded to SPLIT_BATCH_DIMS)."""
+    out_strides = contiguous_strides(sizes)
+    pad = (0,) * (SPLIT_BATCH_DIMS - len(go.batch_dims))
+    return (
+        sizes[-1], out_strides[go.s_dim], go.batch, go.chunks, go.items, len(go.batch_dims), 0,
+        tuple(sizes[d] for d in go.batch_dims) + pad, tuple(in_strides[d] for d in go.batch_dims) + pad,
+        tuple(out_strides[d] for d in go.batch_dims) + pad,
     )  # fmt: skip
 
 

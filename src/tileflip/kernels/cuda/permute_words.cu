@@ -1,6 +1,7 @@
 // Kernels that move whole aligned 16-byte words on both sides, shifted or permuted into place in registers:
-// thin transposes of 1- and 2-byte elements (permute_thin_*), and the rows of permutes that keep the
-// input's contiguous dimension innermost, whatever their alignments (permute_shift_rows).
+// thin transposes of 1- and 2-byte elements (permute_thin_*) and their mirror, split transposes
+// (permute_split_*), and the rows of permutes that keep the input's contiguous dimension innermost,
+// whatever their alignments (permute_shift_rows).
 //
 // Thin transposes: out (batch, N, S) contiguous from input rows of N contiguous elements, one row per
 // index b < S of the output's fastest dimension (S * E <= 16, compiled in).
@@ -192,6 +193,134 @@ __device__ __forceinline__ void thin(const tf_u8* __restrict__ in, tf_u8* __rest
 }
 
 // ---------------------------------------------------------------------------------------------------
+// Split transposes: output rows of N contiguous elements, S of them (S * E <= 8, compiled in) from each
+// input block of N x S contiguous elements, in which element n of row s lies at n * S + s (an image's
+// HWC to CHW, pairs to planes). A warp takes 512 bytes of the S rows of one batch index: each lane loads
+// its 16 * S contiguous input bytes as aligned words shifted into place with the next lane's, splits them
+// into 16 bytes of each row with byte permutations whose selectors are compile-time constants, and the
+// warp writes each row's piece as the aligned 16-byte words that cover it, each word from two lanes'
+// registers; the piece's two end words, shared with other warps' pieces, go byte by byte, one byte a lane.
+// ---------------------------------------------------------------------------------------------------
+
+struct SplitParams {
+    tf_i64 n;      // elements of each output row (N)
+    tf_i64 st_s;   // output stride of the S dimension (elements)
+    tf_i64 batch;  // batch indices: the product of the batch dimensions' sizes (< 2**31)
+    int chunks;    // pieces of ROW_BYTES a row takes
+    int items;     // chunks x batch
+    int nn;        // batch dimensions
+    int pad;
+    tf_i64 n_sizes[6], n_in[6], n_out[6];  // the batch dimensions, innermost first: sizes, input and output strides
+};
+
+// Byte j (0..3) of word w of a lane's 16 bytes of row b: its byte in the lane's 16 * S input bytes.
+__device__ __forceinline__ constexpr int split_src(const int S, const int E, const int b, const int w, const int j) {
+    return ((4 * w + j) / E * S + b) * E + (4 * w + j) % E;
+}
+
+template <int S, int E>
+__device__ __forceinline__ tf_u32 split_word(const uint4 (&v)[S], const int b, const int w) {
+    const int s0 = split_src(S, E, b, w, 0);
+    const int s1 = split_src(S, E, b, w, 1);
+    const int s2 = split_src(S, E, b, w, 2);
+    const int s3 = split_src(S, E, b, w, 3);
+    const tf_u32 x0 = word_of(v[s0 >> 4], (s0 & 15) >> 2), x1 = word_of(v[s1 >> 4], (s1 & 15) >> 2);
+    const tf_u32 x2 = word_of(v[s2 >> 4], (s2 & 15) >> 2), x3 = word_of(v[s3 >> 4], (s3 & 15) >> 2);
+    const tf_u32 lo = __byte_perm(x0, x1, (s0 & 3) | ((4 + (s1 & 3)) << 4));
+    const tf_u32 hi = __byte_perm(x2, x3, (s2 & 3) | ((4 + (s3 & 3)) << 4));
+    return __byte_perm(lo, hi, 0x5410);
+}
+
+// The input and output offsets (elements) of batch index g.
+struct SplitAt {
+    tf_i64 src, dst;
+};
+
+__device__ __forceinline__ SplitAt split_offsets(const tf_u32 g, const SplitParams& p) {
+    tf_u32 rest = g;
+    tf_i64 src = 0, dst = 0;
+    for (int d = 0; d < p.nn; ++d) {
+        const tf_u32 size = static_cast<tf_u32>(p.n_sizes[d]);
+        const tf_u32 q = d == p.nn - 1 ? 0 : rest / size;
+        src += static_cast<tf_i64>(rest - q * size) * p.n_in[d];
+        dst += static_cast<tf_i64>(rest - q * size) * p.n_out[d];
+        rest = q;
+    }
+    return SplitAt{src, dst};
+}
+
+template <int S, int E>
+__device__ __forceinline__ void split(const tf_u8* __restrict__ in, tf_u8* __restrict__ out, const SplitParams& p) {
+    const int lane = threadIdx.x & 31;
+    const int warp = threadIdx.x >> 5;
+    for (int item = blockIdx.x * WARPS + warp; item < p.items; item += gridDim.x * WARPS) {
+        const int c = item % p.chunks;
+        const SplitAt g = split_offsets(static_cast<tf_u32>(item / p.chunks), p);
+        const tf_i64 a0 = static_cast<tf_i64>(c) * (ROW_BYTES / E);
+        const int valid = static_cast<int>(E * (p.n - a0 < ROW_BYTES / E ? p.n - a0 : ROW_BYTES / E));
+        // The lane's input bytes 16 S lane .. 16 S (lane + 1) of the item's valid * S: word j of them is
+        // the aligned word j of its range, shifted by the range's phase with the word after it.
+        const tf_u64 at = reinterpret_cast<tf_u64>(in) + E * (g.src + a0 * S);
+        const int off = static_cast<int>(at & 15);
+        const uint4* base = reinterpret_cast<const uint4*>(at - off) + S * lane;
+        uint4 lo[S];
+#pragma unroll
+        for (int j = 0; j < S; ++j)
+            lo[j] = 16 * (S * lane + j) - off < valid * S ? base[j] : make_uint4(0, 0, 0, 0);
+        const bool tail = lane == 31 && off != 0 && 16 * (S * lane + S) - off < valid * S;
+        const uint4 after = tail ? base[S] : make_uint4(0, 0, 0, 0);
+        uint4 first;  // the next lane's first word
+        first.x = __shfl_down_sync(0xffffffffu, lo[0].x, 1);
+        first.y = __shfl_down_sync(0xffffffffu, lo[0].y, 1);
+        first.z = __shfl_down_sync(0xffffffffu, lo[0].z, 1);
+        first.w = __shfl_down_sync(0xffffffffu, lo[0].w, 1);
+        uint4 v[S];
+#pragma unroll
+        for (int j = 0; j < S; ++j) {
+            const uint4 next = j + 1 < S ? lo[j + 1 < S ? j + 1 : 0] : (lane == 31 ? after : first);
+            v[j] = off ? shifted(lo[j], next, off) : lo[j];
+        }
+#pragma unroll
+        for (int b = 0; b < S; ++b) {
+            // The lane's bytes 16 lane .. 16 lane + 15 of row b's piece; aligned word k of the piece's
+            // output covers its bytes 16 k - m .. 16 k - m + 15.
+            const uint4 r = make_uint4(split_word<S, E>(v, b, 0), split_word<S, E>(v, b, 1), split_word<S, E>(v, b, 2),
+                                       split_word<S, E>(v, b, 3));
+            const tf_u64 o = reinterpret_cast<tf_u64>(out) + E * (g.dst + b * p.st_s + a0);
+            const int m = static_cast<int>(o & 15);
+            tf_u8* const aligned = reinterpret_cast<tf_u8*>(o - m);
+            uint4 prev;
+            prev.x = __shfl_up_sync(0xffffffffu, r.x, 1);
+            prev.y = __shfl_up_sync(0xffffffffu, r.y, 1);
+            prev.z = __shfl_up_sync(0xffffffffu, r.z, 1);
+            prev.w = __shfl_up_sync(0xffffffffu, r.w, 1);
+            const int lead = 16 * lane - m;  // this lane's word k = lane: whole where it lies in the piece
+            if (lead >= 0 && lead + 16 <= valid)
+                *reinterpret_cast<uint4*>(aligned + 16 * lane) = m ? shifted(prev, r, 16 - m) : r;
+            // The piece's first word (where m > 0) and its last (where it ends inside one): lanes 0-15 take
+            // the bytes of the first, lanes 16-31 those of the last, each from the lane that holds it.
+            const int last = (m + valid - 1) >> 4;
+            const bool ragged_first = m != 0, ragged_last = ((m + valid) & 15) != 0 && !(last == 0 && ragged_first);
+            const int k = lane < 16 ? 0 : last;
+            const int pos = 16 * k - m + (lane & 15);  // the byte's place in the piece
+            const int src = pos < 0 ? 0 : (pos >> 4);
+            uint4 held;
+            held.x = __shfl_sync(0xffffffffu, r.x, src);
+            held.y = __shfl_sync(0xffffffffu, r.y, src);
+            held.z = __shfl_sync(0xffffffffu, r.z, src);
+            held.w = __shfl_sync(0xffffffffu, r.w, src);
+            const bool mine = (lane < 16 ? ragged_first : ragged_last) && pos >= 0 && pos < valid && pos % E == 0;
+            if (mine) {
+                const tf_u32 x = word_of(held, (pos & 15) >> 2) >> (8 * (pos & 3));
+                tf_u8* to = aligned + 16 * k + (lane & 15);
+                if (E == 1) *to = static_cast<tf_u8>(x);
+                else *reinterpret_cast<tf_u16*>(to) = static_cast<tf_u16>(x);
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------
 // Realigned row copies: the output (rows x R bytes, contiguous) cut into the aligned 16-byte words that
 // cover it. A lane finds where each of its words' bytes lie (a row, and the next row's first bytes where
 // the word reaches past a row's end), issues the aligned loads of every word's row piece of its item, then
@@ -358,6 +487,19 @@ TILEFLIP_THIN_KERNEL(14, 1, u8) TILEFLIP_THIN_KERNEL(15, 1, u8) TILEFLIP_THIN_KE
 TILEFLIP_THIN_KERNEL(2, 2, u16) TILEFLIP_THIN_KERNEL(3, 2, u16) TILEFLIP_THIN_KERNEL(4, 2, u16)
 TILEFLIP_THIN_KERNEL(5, 2, u16) TILEFLIP_THIN_KERNEL(6, 2, u16) TILEFLIP_THIN_KERNEL(7, 2, u16)
 TILEFLIP_THIN_KERNEL(8, 2, u16)
+
+// One kernel per element size and S: permute_split_u8_<S> (S = 2..8), permute_split_u16_<S> (S = 2..4).
+#define TILEFLIP_SPLIT_KERNEL(S, E, T)                                                                    \
+    extern "C" __global__ void __launch_bounds__(128)                                                      \
+        permute_split_##T##_##S(const tf_u8* __restrict__ in, tf_u8* __restrict__ out,                     \
+                                const tileflip_words::SplitParams p) {                                     \
+        tileflip_words::split<S, E>(in, out, p);                                                           \
+    }
+
+TILEFLIP_SPLIT_KERNEL(2, 1, u8) TILEFLIP_SPLIT_KERNEL(3, 1, u8) TILEFLIP_SPLIT_KERNEL(4, 1, u8)
+TILEFLIP_SPLIT_KERNEL(5, 1, u8) TILEFLIP_SPLIT_KERNEL(6, 1, u8) TILEFLIP_SPLIT_KERNEL(7, 1, u8)
+TILEFLIP_SPLIT_KERNEL(8, 1, u8) TILEFLIP_SPLIT_KERNEL(2, 2, u16) TILEFLIP_SPLIT_KERNEL(3, 2, u16)
+TILEFLIP_SPLIT_KERNEL(4, 2, u16)
 
 // At most 80 registers, so that six blocks fit an SM (tileflip.tuning.SHIFT_BLOCKS).
 extern "C" __global__ void __launch_bounds__(128, 6)
