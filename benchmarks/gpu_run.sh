@@ -55,7 +55,8 @@ for step in "$@"; do
     bench-permute-random) bench bench-permute-random 300 $TILEFLIP bench --suite permute-random --quick --out "$RESULTS" ${BENCH_ARGS:-} ;;
     bench-permute-wide) bench bench-permute-wide 570 $TILEFLIP bench --suite permute-wide --quick --out "$RESULTS" ${BENCH_ARGS:-} ;;
     bench-permute-strategies) bench bench-permute-strategies 570 $TILEFLIP bench --suite permute-wide --quick \
-                                --backends auto,triton,cuda-realign --out "$RESULTS" ${BENCH_ARGS:-} ;;
+                                --backends auto,triton,cuda-realign,cuda-thin,cuda-split,cuda-shift --out "$RESULTS" \
+                                ${BENCH_ARGS:-} ;;
     bench-stability) bench bench-stability 500 $TILEFLIP bench --suite stability --out "$RESULTS" ${STABILITY_ARGS:-} ;;
     bench-quantize) bench bench-quantize 570 $TILEFLIP bench --suite quantize --quick --out "$RESULTS" ${BENCH_ARGS:-} ;;
     bench-cast) bench bench-cast 200 $TILEFLIP bench --suite cast --quick --out "$RESULTS" ${BENCH_ARGS:-} ;;

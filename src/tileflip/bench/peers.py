@@ -15,7 +15,7 @@ XLA_CHILD = "tileflip.bench.xla_child"
 
 
 # the permute backends a permute suite can time
-PERMUTE_STRATEGIES = ("auto", "triton", "cuda-realign", "cuda-thin", "cuda-shift")
+PERMUTE_STRATEGIES = ("auto", "triton", "cuda-realign", "cuda-thin", "cuda-split", "cuda-shift")
 
 
 def plan_of(x, perm):

@@ -125,6 +125,13 @@ def table(records: list[dict], kind: str, unit: str) -> list[str]:
     return lines
 
 
+
+def _parts(parts: dict) -> str:
+    """The merged parts in order, each with its date where the parts were measured on different days."""
+    order = sorted(parts, key=lambda k: tuple(int(v) for v in k.split("/")[::-1]))
+    dated = len({parts[k].get("date") for k in order}) > 1
+    return ", ".join(f"{k} ({parts[k].get('date')})" if dated else k for k in order)
+
 def render(results: Path = RESULTS) -> str:
     """The whole page, from the results files under ``results``."""
     out = ["# Performance", "", "## Method", "", METHOD, ""]
@@ -137,7 +144,7 @@ def render(results: Path = RESULTS) -> str:
         out += [f"## {title}", "", f"Device {data.get('gpu', folder)}, {data.get('date', '')}: "
                 f"`{data.get('command', '')}` wrote `benchmarks/results/{folder}/{suite}.json`. "
                 f"Each cell: {unit}." + (f" {NOTES[suite]}" if suite in NOTES else "")
-                + (f" Parts merged so far: {', '.join(data['parts'])}." if data.get("parts") else ""), ""]  # fmt: skip
+                + (f" Parts merged so far: {_parts(data['parts'])}." if data.get("parts") else ""), ""]  # fmt: skip
         out += table(data["records"], kind, unit)
         longer = [f"{other}-" for _, other, _, _ in SUITES if other.startswith(f"{suite}-")]
         plots = sorted(p.name for p in (results / folder).glob(f"{suite}-*.png")
