@@ -15,6 +15,8 @@ SIGNATURES = {
     "word_first": "item, j, lane, m", "word_source": "base, rc, first, j, p", "row_col": "at, p", "advanced": "rc, p",
     "first_word": "at, lo, hi", "second_word": "at, lo, hi", "source_word": "s, a0, a1",
     "split_src": "S, E, b, w, j", "split_word": "S, E, v, b, w", "split_offsets": "g, p",
+    "split_holds": "w, off, nbytes", "split_aligned": "prev, r, m", "split_ragged": "lane, m, valid, E",
+    "split_byte": "held, pos",
 }
 
 

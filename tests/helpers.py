@@ -93,6 +93,24 @@ def check_permute_refused(x: torch.Tensor, dims, backend: str, reason: str) -> N
     assert_bits_equal(out, poisoned(shape, x.dtype, x.device))
 
 
+# The permute launchers that a test of one CUDA kernel forbids, besides the other CUDA kernels' own.
+OTHER_PERMUTE_KERNELS = ("triton.permute.launch", "triton.transpose.launch", "cuda.permute.launch")
+
+
+def forbid_kernels(monkeypatch, *names: str) -> None:
+    """Make each named launcher (``"module.attribute"`` under ``tileflip.kernels``) fail the test if called."""
+    import importlib
+
+    for name in names:
+        module_name, attribute = name.rsplit(".", 1)
+        module = importlib.import_module(f"tileflip.kernels.{module_name}")
+
+        def refuse(*args, name=name, **kwargs):
+            raise AssertionError(f"{name} was called")
+
+        monkeypatch.setattr(module, attribute, refuse)
+
+
 def without_interpreter(test):
     """Run ``test`` in a process where Triton's interpreter is off.
 

@@ -165,8 +165,8 @@ def test_thin_params_match_the_kernels_struct():
 
 
 def test_split_params_match_the_kernels_struct():
-    # SplitParams: 3 int64, 4 int32, then 6 + 6 + 6 int64; the launcher fills it from split_fields
-    assert ctypes.sizeof(cuda_words._SplitParams) == 3 * 8 + 4 * 4 + 18 * 8
+    # SplitParams: 2 int64, 4 int32, then 6 + 6 + 6 int64; the launcher fills it from split_fields
+    assert ctypes.sizeof(cuda_words._SplitParams) == 2 * 8 + 4 * 4 + 18 * 8
     assert _declared_fields("SplitParams") == [name for name, _ in cuda_words._SplitParams._fields_]
 
 

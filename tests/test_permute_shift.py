@@ -12,10 +12,12 @@ import numpy as np
 import pytest
 import torch
 from helpers import (
+    OTHER_PERMUTE_KERNELS,
     assert_bits_equal,
     check_permute_exact,
     check_permute_off_boundaries,
     check_permute_refused,
+    forbid_kernels,
     poisoned,
     random_bits,
 )
@@ -267,18 +269,7 @@ def test_the_loads_take_only_the_words_that_hold_wanted_bytes():
 
 
 def _forbid_others(monkeypatch):
-    from tileflip.kernels.cuda import permute as cuda_permute
-    from tileflip.kernels.cuda import words
-    from tileflip.kernels.triton import permute as triton_permute
-    from tileflip.kernels.triton import transpose as triton_transpose
-
-    for module, name in ((triton_permute, "launch"), (triton_transpose, "launch"), (cuda_permute, "launch"),
-                         (words, "launch_thin")):  # fmt: skip
-
-        def refuse(*args, module=module, **kwargs):
-            raise AssertionError(f"{module.__name__} was called")
-
-        monkeypatch.setattr(module, name, refuse)
+    forbid_kernels(monkeypatch, *OTHER_PERMUTE_KERNELS, "cuda.words.launch_thin", "cuda.words.launch_split")
 
 
 @pytest.mark.gpu

@@ -12,10 +12,12 @@ import numpy as np
 import pytest
 import torch
 from helpers import (
+    OTHER_PERMUTE_KERNELS,
     assert_bits_equal,
     check_permute_exact,
     check_permute_off_boundaries,
     check_permute_refused,
+    forbid_kernels,
     poisoned,
     random_bits,
 )
@@ -37,6 +39,8 @@ TAKEN = [
     ((2, 5, 3, 37, 3), (1, 4, 0, 2, 3)),
     ((6, 13, 600, 2), (1, 0, 3, 2)),
 ]
+# S of 5 to 8: 1-byte elements only (2-byte ones are refused past 8 bytes)
+TAKEN_BYTES = [((3, 600, 5), (0, 2, 1)), ((2, 700, 6), (0, 2, 1)), ((517, 7), (1, 0)), ((4, 700, 8), (0, 2, 1))]
 
 
 def _plan(shape, dims, element_size=1):
@@ -109,7 +113,8 @@ def test_plan_text_names_the_split_kernel():
 
 
 def _device():
-    names = ("split_src", "split_word", "split_offsets", "shifted", "word_of")
+    names = ("split_src", "split_word", "split_offsets", "split_holds", "split_aligned", "split_ragged", "split_byte",
+             "shifted", "word_of")  # fmt: skip
     return device_source.device_functions(CU_FILE.read_text(), names)
 
 
@@ -123,12 +128,13 @@ def _bytes(word) -> bytes:
 
 def _emulate(fields, S, E, mem_in, x_span, mem_out, out_at):
     """The kernel's warp over every item, from its SplitParams fields (split_fields), on byte arrays, with
-    the .cu file's device functions: each lane's S aligned loads (the word after them from the next lane,
-    or loaded by the last lane), every one within the tensor's bytes ``x_span``; its 16 bytes of each row
-    split out; each row's piece written as whole aligned words from two lanes' registers, and its ragged
-    end words byte by byte (one byte a lane). Returns which output bytes were written, asserting none twice."""
+    the .cu file's device functions, statement by statement: each lane's S aligned loads (the word after
+    them from the next lane by __shfl_down_sync, or loaded by the last lane), every one within the tensor's
+    bytes ``x_span``; its 16 bytes of each row split out; the aligned words from the previous lane's
+    registers (__shfl_up_sync) and its own; the ragged end words an element a lane, from the lane that
+    holds it (__shfl_sync). Returns which output bytes were written, asserting none twice."""
     dev = _device()
-    n, st_s, batch, chunks, items, nn, _, n_sizes, n_in, n_out = fields
+    n, st_s, chunks, items, nn, _, n_sizes, n_in, n_out = fields
     p = SimpleNamespace(nn=nn, n_sizes=n_sizes, n_in=n_in, n_out=n_out)
     written = np.zeros(mem_out.size, bool)
     zero = device_source.U4(0, 0, 0, 0)
@@ -150,35 +156,33 @@ def _emulate(fields, S, E, mem_in, x_span, mem_out, out_at):
         valid = E * min(n - a0, THIN_ROW_BYTES // E)
         at = x_span[0] + E * (g.src + a0 * S)
         off = at & 15
-        lo = [[load(at - off + 16 * (S * lane + j)) if 16 * (S * lane + j) - off < valid * S else zero
+        holds = dev["split_holds"]
+        lo = [[load(at - off + 16 * (S * lane + j)) if holds(S * lane + j, off, valid * S) else zero
                for j in range(S)] for lane in range(32)]  # fmt: skip
-        tail = off != 0 and 16 * (S * 31 + S) - off < valid * S
+        tail = off != 0 and holds(S * 31 + S, off, valid * S)
         after = load(at - off + 16 * (S * 31 + S)) if tail else zero
-        regs = []
+        rows = []  # rows[lane][b]: the lane's 16 bytes of row b, as the kernel's uint4 r
         for lane in range(32):
             first = lo[lane + 1][0] if lane < 31 else lo[31][0]  # __shfl_down_sync: the last lane keeps its own
             v = []
             for j in range(S):
                 nxt = lo[lane][j + 1] if j + 1 < S else (after if lane == 31 else first)
                 v.append(dev["shifted"](lo[lane][j], nxt, off) if off else lo[lane][j])
-            regs.append([_bytes(device_source.U4(*(dev["split_word"](S, E, v, b, w) for w in range(4))))
-                         for b in range(S)])  # fmt: skip
+            rows.append([device_source.U4(*(dev["split_word"](S, E, v, b, w) for w in range(4))) for b in range(S)])
         for b in range(S):
             o = out_at + E * (g.dst + b * st_s + a0)
             m = o & 15
-            piece = b"".join(regs[lane][b] for lane in range(32))  # the row's piece, lane after lane
-            for lane in range(32):  # whole words
+            for lane in range(32):
+                r = rows[lane][b]
+                prev = rows[lane - 1][b] if lane > 0 else r  # __shfl_up_sync: lane 0 keeps its own
                 lead = 16 * lane - m
                 if lead >= 0 and lead + 16 <= valid:
-                    store(o - m + 16 * lane, piece[lead : lead + 16])
-            last = (m + valid - 1) >> 4
-            ragged_first, ragged_last = m != 0, ((m + valid) & 15) != 0 and not (last == 0 and m != 0)
-            for lane in range(32):  # the ragged end words, a byte (an element) a lane
-                k = 0 if lane < 16 else last
-                pos = 16 * k - m + (lane & 15)
-                if (ragged_first if lane < 16 else ragged_last) and 0 <= pos < valid and pos % E == 0:
-                    src = pos >> 4  # the lane whose 16 bytes hold it
-                    store(o - m + 16 * k + (lane & 15), regs[src][b][pos & 15 : (pos & 15) + E])
+                    store(o - m + 16 * lane, _bytes(dev["split_aligned"](prev, r, m)))
+                pos = dev["split_ragged"](lane, m, valid, E)
+                held = rows[0 if pos < 0 else pos >> 4][b]  # __shfl_sync from the lane that holds the byte
+                if pos >= 0:
+                    x = dev["split_byte"](held, pos)
+                    store(o - m + m + pos, (x & (2 ** (8 * E) - 1)).to_bytes(E, "little"))
     return written
 
 
@@ -211,6 +215,12 @@ def test_emulated_warps_write_the_permute(shape, dims, E):
     _check(shape, dims, E, x_offset=E * 3, out_offset=E * 5, seed=1)
 
 
+@pytest.mark.parametrize("shape, dims", TAKEN_BYTES)
+def test_emulated_warps_for_every_s_of_1_byte_elements(shape, dims):
+    for x_offset, out_offset in ((0, 0), (3, 11), (9, 6)):
+        _check(shape, dims, 1, x_offset, out_offset, seed=4)
+
+
 def test_emulated_warps_at_every_alignment_and_row_length():
     rnd, phases = random.Random(2), set()
     for case in range(30):
@@ -235,14 +245,16 @@ def test_emulated_warps_on_a_strided_batch(E):
 
 
 def test_the_byte_rules_split_each_lanes_block():
+    """A lane's 16 * S input bytes hold 16 / E elements of each of the S rows, element a of row b at a * S + b:
+    split_word's four words of row b are that row's elements in order."""
     dev = _device()
     for E, S in [(1, s) for s in range(2, 9)] + [(2, s) for s in range(2, 5)]:
+        data = bytes(range(1, 16 * S + 1))  # every input byte labelled by its place
+        v = [_u4(data[16 * j : 16 * j + 16]) for j in range(S)]
         for b in range(S):
-            for w in range(4):
-                for j in range(4):
-                    byte = 4 * w + j  # byte e of element a of row b's 16 bytes: element a * S + b of the input
-                    a, e = byte // E, byte % E
-                    assert dev["split_src"](S, E, b, w, j) == (a * S + b) * E + e
+            got = b"".join(dev["split_word"](S, E, v, b, w).to_bytes(4, "little") for w in range(4))
+            want = b"".join(data[(a * S + b) * E : (a * S + b + 1) * E] for a in range(16 // E))
+            assert got == want, (E, S, b)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -251,22 +263,24 @@ def test_the_byte_rules_split_each_lanes_block():
 
 
 def _forbid_others(monkeypatch):
-    from tileflip.kernels.cuda import permute as cuda_permute
-    from tileflip.kernels.triton import permute as triton_permute
-    from tileflip.kernels.triton import transpose as triton_transpose
-
-    for module in (triton_permute, triton_transpose, cuda_permute):
-
-        def refuse(*args, module=module, **kwargs):
-            raise AssertionError(f"{module.__name__}.launch was called")
-
-        monkeypatch.setattr(module, "launch", refuse)
+    forbid_kernels(monkeypatch, *OTHER_PERMUTE_KERNELS, "cuda.words.launch_thin", "cuda.words.launch_shift")
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.int8, torch.bfloat16, torch.float8_e4m3fn])
 @pytest.mark.parametrize("shape, dims", TAKEN)
 def test_exact_bits_through_the_cuda_kernel(shape, dims, dtype, monkeypatch):
+    _forbid_others(monkeypatch)
+    x = random_bits(shape, dtype, "cuda", seed=1)
+    out = poisoned(tuple(shape[d] for d in dims), dtype, "cuda")
+    tileflip.permute(x, dims, out, backend="cuda-split")
+    assert_bits_equal(out, x.permute(dims).contiguous())
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.int8, torch.float8_e4m3fn])
+@pytest.mark.parametrize("shape, dims", TAKEN_BYTES)
+def test_exact_bits_for_every_s_of_1_byte_elements(shape, dims, dtype, monkeypatch):
     _forbid_others(monkeypatch)
     x = random_bits(shape, dtype, "cuda", seed=1)
     out = poisoned(tuple(shape[d] for d in dims), dtype, "cuda")
@@ -312,8 +326,8 @@ def test_offsets_past_2_to_the_31(dtype):
     tileflip.permute(x, dims, out, backend="cuda-split")
     assert_bits_equal(out, x.permute(dims).contiguous())
     del x, out
-    # batch offsets past 2**31 too: many short rows
-    shape, dims = (2**21 + 3, 150 // dtype.itemsize, 7 // dtype.itemsize), (0, 2, 1)
+    # batch offsets past 2**31 too: 2.5e9 bytes of short rows
+    shape, dims = (2**21 + 3, 300 // dtype.itemsize, 4), (0, 2, 1)
     x = torch.randint(-128, 128, shape, dtype=dtype, device="cuda", generator=gen)
     out = torch.empty(tuple(shape[d] for d in dims), dtype=dtype, device="cuda").fill_(0x5A)
     tileflip.permute(x, dims, out, backend="cuda-split")

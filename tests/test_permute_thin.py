@@ -12,10 +12,12 @@ import numpy as np
 import pytest
 import torch
 from helpers import (
+    OTHER_PERMUTE_KERNELS,
     assert_bits_equal,
     check_permute_exact,
     check_permute_off_boundaries,
     check_permute_refused,
+    forbid_kernels,
     poisoned,
     random_bits,
 )
@@ -295,16 +297,7 @@ def test_the_byte_rules_turn_each_lanes_block_around():
 
 
 def _forbid_others(monkeypatch):
-    from tileflip.kernels.cuda import permute as cuda_permute
-    from tileflip.kernels.triton import permute as triton_permute
-    from tileflip.kernels.triton import transpose as triton_transpose
-
-    for module in (triton_permute, triton_transpose, cuda_permute):
-
-        def refuse(*args, module=module, **kwargs):
-            raise AssertionError(f"{module.__name__}.launch was called")
-
-        monkeypatch.setattr(module, "launch", refuse)
+    forbid_kernels(monkeypatch, *OTHER_PERMUTE_KERNELS, "cuda.words.launch_split", "cuda.words.launch_shift")
 
 
 @pytest.mark.gpu

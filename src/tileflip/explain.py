@@ -6,6 +6,7 @@ from tileflip import plan, tuning
 from tileflip.plan.launch import (
     SHIFT_ITEM_BYTES,
     SHIFT_WARPS,
+    SPLIT_WARPS,
     THIN_ROW_BYTES,
     THIN_WARPS,
     VECTOR_BYTES,
@@ -222,7 +223,7 @@ def _strategy_or(p, size, lines) -> list[str]:
             f"  batch: {_axis(p, go.batch_dims)} = {go.batch}",
             f"  {go.chunks} pieces of {THIN_ROW_BYTES} B a row; 16 x {s} B a lane, each row's piece written as "
             "aligned 16 B words",
-            f"  grid: {go.blocks} blocks of {32 * THIN_WARPS} threads striding over {go.items} warp items",
+            f"  grid: {go.blocks} blocks of {32 * SPLIT_WARPS} threads striding over {go.items} warp items",
             *otherwise,
         ]
     ta, step = realign_tile(size)

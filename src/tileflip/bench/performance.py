@@ -125,12 +125,12 @@ def table(records: list[dict], kind: str, unit: str) -> list[str]:
     return lines
 
 
-
 def _parts(parts: dict) -> str:
     """The merged parts in order, each with its date where the parts were measured on different days."""
     order = sorted(parts, key=lambda k: tuple(int(v) for v in k.split("/")[::-1]))
     dated = len({parts[k].get("date") for k in order}) > 1
     return ", ".join(f"{k} ({parts[k].get('date')})" if dated else k for k in order)
+
 
 def render(results: Path = RESULTS) -> str:
     """The whole page, from the results files under ``results``."""

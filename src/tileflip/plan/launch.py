@@ -37,6 +37,7 @@ THIN_BATCH_DIMS = 6
 # The split-transpose CUDA kernel (kernels/cuda/permute_words.cu, permute_split_*): the thin kernel's
 # mirror, whose input blocks interleave S output rows (S at most 8 bytes, held in registers a lane).
 SPLIT_MAX_S_BYTES = 8
+SPLIT_WARPS = THIN_WARPS  # the same file's WARPS
 SPLIT_BATCH_DIMS = 6
 
 # The realigned row copy (kernels/cuda/permute_words.cu, permute_shift_rows): output bytes a warp item
@@ -536,7 +537,7 @@ class SplitLaunch:
     ``s_dim`` (S elements, compiled into the kernel as ``rows``) at stride 1, so that each batch index's
     S output rows come from N x S contiguous input elements. ``chunks`` pieces of THIN_ROW_BYTES a row;
     ``batch`` indices over ``batch_dims`` (the other dimensions, innermost first); ``items`` warp items
-    (chunks x batch), ``blocks`` of THIN_WARPS warps striding over them."""
+    (chunks x batch), ``blocks`` of SPLIT_WARPS warps striding over them."""
 
     rows: int
     s_dim: int
@@ -580,7 +581,7 @@ def split_launch(sizes, in_strides, element_size: int, max_blocks: int) -> Split
     batch = product(sizes[:last]) // sizes[s_dim]
     items = chunks * batch
     return SplitLaunch(sizes[s_dim], s_dim, chunks, batch, tuple(d for d in range(last - 1, -1, -1) if d != s_dim),
-                       items, min(cdiv(items, THIN_WARPS), max_blocks))  # fmt: skip
+                       items, min(cdiv(items, SPLIT_WARPS), max_blocks))  # fmt: skip
 
 
 def split_fill(sizes, go: SplitLaunch, element_size: int) -> float:
@@ -591,12 +592,12 @@ def split_fill(sizes, go: SplitLaunch, element_size: int) -> float:
 
 def split_fields(sizes, in_strides, go: SplitLaunch) -> tuple:
     """The kernel's ``SplitParams`` (permute_words.cu), field for field: N, the S dimension's output stride,
-    batch, chunks, items, the batch dimensions, and their sizes, input and output strides (innermost
+    chunks, items, the batch dimensions, padding, and their sizes, input and output strides (innermost
     first, padded to SPLIT_BATCH_DIMS)."""
     out_strides = contiguous_strides(sizes)
     pad = (0,) * (SPLIT_BATCH_DIMS - len(go.batch_dims))
     return (
-        sizes[-1], out_strides[go.s_dim], go.batch, go.chunks, go.items, len(go.batch_dims), 0,
+        sizes[-1], out_strides[go.s_dim], go.chunks, go.items, len(go.batch_dims), 0,
         tuple(sizes[d] for d in go.batch_dims) + pad, tuple(in_strides[d] for d in go.batch_dims) + pad,
         tuple(out_strides[d] for d in go.batch_dims) + pad,
     )  # fmt: skip

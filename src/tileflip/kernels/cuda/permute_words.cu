@@ -199,15 +199,14 @@ __device__ __forceinline__ void thin(const tf_u8* __restrict__ in, tf_u8* __rest
 // its 16 * S contiguous input bytes as aligned words shifted into place with the next lane's, splits them
 // into 16 bytes of each row with byte permutations whose selectors are compile-time constants, and the
 // warp writes each row's piece as the aligned 16-byte words that cover it, each word from two lanes'
-// registers; the piece's two end words, shared with other warps' pieces, go byte by byte, one byte a lane.
+// registers; the piece's two end words, shared with other warps' pieces, go an element a lane.
 // ---------------------------------------------------------------------------------------------------
 
 struct SplitParams {
     tf_i64 n;      // elements of each output row (N)
     tf_i64 st_s;   // output stride of the S dimension (elements)
-    tf_i64 batch;  // batch indices: the product of the batch dimensions' sizes (< 2**31)
     int chunks;    // pieces of ROW_BYTES a row takes
-    int items;     // chunks x batch
+    int items;     // chunks x batch indices (< 2**30)
     int nn;        // batch dimensions
     int pad;
     tf_i64 n_sizes[6], n_in[6], n_out[6];  // the batch dimensions, innermost first: sizes, input and output strides
@@ -249,6 +248,33 @@ __device__ __forceinline__ SplitAt split_offsets(const tf_u32 g, const SplitPara
     return SplitAt{src, dst};
 }
 
+// Whether aligned word w of a range of nbytes bytes starting `off` bytes into its first word holds any.
+__device__ __forceinline__ bool split_holds(const int w, const int off, const int nbytes) { return 16 * w - off < nbytes; }
+
+// Aligned output word `lane` of a row's piece that starts m bytes into its first word: the lane's own 16
+// bytes where m is 0, else the last m bytes of the previous lane's and the first 16 - m of its own.
+__device__ __forceinline__ uint4 split_aligned(const uint4 prev, const uint4 r, const int m) {
+    return m ? shifted(prev, r, 16 - m) : r;
+}
+
+// The ragged end words of a piece of `valid` bytes starting m bytes into its first word: the first word
+// where m > 0, the last where the piece ends inside it (one word where both are the same). Lanes 0-15
+// take the bytes of the first, lanes 16-31 those of the last: the byte's place in the piece, or -1 where
+// the lane stores nothing (its byte outside the piece, or not an element's first byte).
+__device__ __forceinline__ int split_ragged(const int lane, const int m, const int valid, const int E) {
+    const int last = (m + valid - 1) >> 4;
+    const int k = lane < 16 ? 0 : last;
+    const int pos = 16 * k - m + (lane & 15);
+    const bool ragged = lane < 16 ? m != 0 : ((m + valid) & 15) != 0 && (last > 0 || m == 0);
+    const bool mine = ragged && pos >= 0 && pos < valid && pos % E == 0;
+    return mine ? pos : -1;
+}
+
+// Bytes pos & 3 .. 3 of the word of `held` (a lane's 16 bytes) that holds the piece's byte pos.
+__device__ __forceinline__ tf_u32 split_byte(const uint4 held, const int pos) {
+    return word_of(held, (pos & 15) >> 2) >> (8 * (pos & 3));
+}
+
 template <int S, int E>
 __device__ __forceinline__ void split(const tf_u8* __restrict__ in, tf_u8* __restrict__ out, const SplitParams& p) {
     const int lane = threadIdx.x & 31;
@@ -265,9 +291,8 @@ __device__ __forceinline__ void split(const tf_u8* __restrict__ in, tf_u8* __res
         const uint4* base = reinterpret_cast<const uint4*>(at - off) + S * lane;
         uint4 lo[S];
 #pragma unroll
-        for (int j = 0; j < S; ++j)
-            lo[j] = 16 * (S * lane + j) - off < valid * S ? base[j] : make_uint4(0, 0, 0, 0);
-        const bool tail = lane == 31 && off != 0 && 16 * (S * lane + S) - off < valid * S;
+        for (int j = 0; j < S; ++j) lo[j] = split_holds(S * lane + j, off, valid * S) ? base[j] : make_uint4(0, 0, 0, 0);
+        const bool tail = lane == 31 && off != 0 && split_holds(S * lane + S, off, valid * S);
         const uint4 after = tail ? base[S] : make_uint4(0, 0, 0, 0);
         uint4 first;  // the next lane's first word
         first.x = __shfl_down_sync(0xffffffffu, lo[0].x, 1);
@@ -295,24 +320,17 @@ __device__ __forceinline__ void split(const tf_u8* __restrict__ in, tf_u8* __res
             prev.z = __shfl_up_sync(0xffffffffu, r.z, 1);
             prev.w = __shfl_up_sync(0xffffffffu, r.w, 1);
             const int lead = 16 * lane - m;  // this lane's word k = lane: whole where it lies in the piece
-            if (lead >= 0 && lead + 16 <= valid)
-                *reinterpret_cast<uint4*>(aligned + 16 * lane) = m ? shifted(prev, r, 16 - m) : r;
-            // The piece's first word (where m > 0) and its last (where it ends inside one): lanes 0-15 take
-            // the bytes of the first, lanes 16-31 those of the last, each from the lane that holds it.
-            const int last = (m + valid - 1) >> 4;
-            const bool ragged_first = m != 0, ragged_last = ((m + valid) & 15) != 0 && !(last == 0 && ragged_first);
-            const int k = lane < 16 ? 0 : last;
-            const int pos = 16 * k - m + (lane & 15);  // the byte's place in the piece
-            const int src = pos < 0 ? 0 : (pos >> 4);
+            if (lead >= 0 && lead + 16 <= valid) *reinterpret_cast<uint4*>(aligned + 16 * lane) = split_aligned(prev, r, m);
+            const int pos = split_ragged(lane, m, valid, E);
+            const int src = pos < 0 ? 0 : (pos >> 4);  // the lane whose 16 bytes hold it
             uint4 held;
             held.x = __shfl_sync(0xffffffffu, r.x, src);
             held.y = __shfl_sync(0xffffffffu, r.y, src);
             held.z = __shfl_sync(0xffffffffu, r.z, src);
             held.w = __shfl_sync(0xffffffffu, r.w, src);
-            const bool mine = (lane < 16 ? ragged_first : ragged_last) && pos >= 0 && pos < valid && pos % E == 0;
-            if (mine) {
-                const tf_u32 x = word_of(held, (pos & 15) >> 2) >> (8 * (pos & 3));
-                tf_u8* to = aligned + 16 * k + (lane & 15);
+            if (pos >= 0) {
+                const tf_u32 x = split_byte(held, pos);
+                tf_u8* to = aligned + m + pos;
                 if (E == 1) *to = static_cast<tf_u8>(x);
                 else *reinterpret_cast<tf_u16*>(to) = static_cast<tf_u16>(x);
             }

@@ -23,6 +23,7 @@ from tileflip.plan.launch import (
     SHIFT_WARPS,
     SPLIT_BATCH_DIMS,
     SPLIT_MAX_S_BYTES,
+    SPLIT_WARPS,
     THIN_BATCH_DIMS,
     THIN_MAX_S_BYTES,
     THIN_WARPS,
@@ -65,7 +66,7 @@ class _SplitParams(ctypes.Structure):
     """The split kernels' ``SplitParams`` (permute_words.cu), field for field."""
 
     _fields_ = [
-        ("n", ctypes.c_int64), ("st_s", ctypes.c_int64), ("batch", ctypes.c_int64),
+        ("n", ctypes.c_int64), ("st_s", ctypes.c_int64),
         ("chunks", ctypes.c_int32), ("items", ctypes.c_int32), ("nn", ctypes.c_int32), ("pad", ctypes.c_int32),
         ("n_sizes", ctypes.c_int64 * SPLIT_BATCH_DIMS), ("n_in", ctypes.c_int64 * SPLIT_BATCH_DIMS),
         ("n_out", ctypes.c_int64 * SPLIT_BATCH_DIMS),
@@ -134,12 +135,11 @@ def launch_split(x: torch.Tensor, out: torch.Tensor, plan, go) -> None:
     kernel = nvrtc.kernel_on(_handles, CU_FILE, f"permute_split_{NAMES[es]}_{go.rows}", device)
     block = _split_args.block
     block.x, block.out = x.data_ptr(), out.data_ptr()
-    n, st_s, batch, chunks, items, nn, pad, sizes, in_strides, out_strides = split_fields(plan.sizes,
-                                                                                         plan.in_strides, go)
+    n, st_s, chunks, items, nn, pad, sizes, in_strides, out_strides = split_fields(plan.sizes, plan.in_strides, go)
     p = block.params
-    p.n, p.st_s, p.batch, p.chunks, p.items, p.nn, p.pad = n, st_s, batch, chunks, items, nn, pad
+    p.n, p.st_s, p.chunks, p.items, p.nn, p.pad = n, st_s, chunks, items, nn, pad
     p.n_sizes[:], p.n_in[:], p.n_out[:] = sizes, in_strides, out_strides
-    nvrtc.launch(kernel, (go.blocks, 1, 1), (32 * THIN_WARPS, 1, 1), current_stream(device), _split_args.address)
+    nvrtc.launch(kernel, (go.blocks, 1, 1), (32 * SPLIT_WARPS, 1, 1), current_stream(device), _split_args.address)
 
 
 def launch_shift(x: torch.Tensor, out: torch.Tensor, plan, go) -> None:
