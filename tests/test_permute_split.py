@@ -97,6 +97,11 @@ def test_the_strategy_model_weighs_the_split_kernel():
     assert fractions["split"] == pytest.approx(tuning.SPLIT_FRACTION[1] * split_fill(p.sizes, split, 1))
     strategy, go = tuning.permute_strategy(p, 1)
     assert strategy == max(fractions, key=fractions.get) == "split" and go == split
+    # the tile kernel's figure on this class: without a batch (above), and with one
+    assert fractions["tile"] == tuning.TILE_SPLIT_FRACTION[1][False]
+    batched = _plan((64, 224, 224, 3), (0, 3, 1, 2))
+    assert tuning.split_candidate(batched, 1).batch == 64
+    assert tuning.strategy_fractions(batched, 1)["tile"] == tuning.TILE_SPLIT_FRACTION[1][True]
 
 
 def test_plan_text_names_the_split_kernel():

@@ -292,10 +292,12 @@ TILE_THIN_FRACTION = {1: {False: 0.74, True: 0.18}, 2: {False: 0.95, True: 0.24}
 THIN_BLOCKS = 132 * 8
 # Split transposes (the thin kernel's mirror: the input's contiguous dimension, at most 8 bytes, interleaves
 # the output's rows), by element size: the split kernel's fraction of copy per share of its lanes' pieces
-# filled (``split_fill``). Medians over the 11 permute-wide cases of this class and four image and
-# complex-plane layouts (H200): int8 0.73-0.94 (S of 2: 0.73-0.74; the tile kernel 0.41-0.54 where S*E is
-# not 4), bf16 0.71-0.97 (the tile kernel 0.59-1.01).
+# filled (``split_fill``), and the Triton tile kernel's without a batch (one index of the other
+# dimensions) or with one. Medians over the 11 permute-wide cases of this class and four image and
+# complex-plane layouts (H200): the split kernel int8 0.73-0.94, bf16 0.71-0.97; the tile kernel with a
+# batch int8 0.41-0.54, bf16 0.59-0.81, without one int8 0.44-0.96 (0.96 where S * E is 4), bf16 0.92-1.01.
 SPLIT_FRACTION = {1: 0.84, 2: 0.90}
+TILE_SPLIT_FRACTION = {1: {False: 0.54, True: 0.46}, 2: {False: 0.96, True: 0.68}}
 # The thin kernel is weighed only where the tile kernel stores fewer bytes than this at a time: the thin
 # figures come from such cases (1 to 4 bytes), and where the tile's axes form 8-byte stores it ran at 0.87
 # against the thin kernel's 0.36 (int8 (7, 46, 8, 72, 38, 10) by (0, 3, 4, 1, 5, 2)).
@@ -575,6 +577,7 @@ def _fractions(p, element_size: int, launches: dict) -> dict:
         fractions["tile"] = TILE_THIN_FRACTION[element_size][len(p.sizes) > 2]
         fractions["thin"] = THIN_FRACTION[element_size] * geometry.thin_fill(p.sizes, thin, element_size)
     if split is not None:
+        fractions["tile"] = TILE_SPLIT_FRACTION[element_size][split.batch > 1]
         fractions["split"] = SPLIT_FRACTION[element_size] * geometry.split_fill(p.sizes, split, element_size)
     return fractions
 
