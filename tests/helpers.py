@@ -93,6 +93,35 @@ def check_permute_refused(x: torch.Tensor, dims, backend: str, reason: str) -> N
     assert_bits_equal(out, poisoned(shape, x.dtype, x.device))
 
 
+def check_emulated_permute(shape, dims, E, x_offset, out_offset, seed, launch_of, emulate, strided=False):
+    """Emulate a CUDA permute kernel on x (contiguous, or every other index of its first dimension) at byte
+    offsets of aligned buffers and compare with x.permute(dims); nothing around the output may be written.
+    ``launch_of(plan, E)`` gives the kernel's launch (it must take the case); ``emulate(plan, go, mem,
+    span, out, out_at)`` runs its warps on the byte arrays and returns which output bytes it wrote.
+    Returns the launch."""
+    import numpy as np
+
+    from tileflip import plan as planner
+
+    dt = {1: torch.uint8, 2: torch.int16}[E]
+    g = torch.Generator().manual_seed(seed)
+    full = (2 * shape[0], *shape[1:]) if strided else shape
+    numel = torch.Size(full).numel()
+    mem = torch.randint(1, 255, (numel * E + 64,), dtype=torch.uint8, generator=g)
+    x = mem[x_offset : x_offset + numel * E].view(dt).view(full)
+    if strided:
+        x = x[::2]
+    p = planner.plan_permute(tuple(x.shape), tuple(x.stride()), tuple(dims), E)
+    go = launch_of(p, E)
+    assert go is not None
+    ref = x.permute(dims).contiguous().view(torch.uint8).reshape(-1).numpy()
+    out = np.full(ref.size + 64, 0xA5, np.uint8)
+    written = emulate(p, go, mem.numpy(), (x_offset, x_offset + numel * E), out, out_offset)
+    assert np.array_equal(out[out_offset : out_offset + ref.size], ref)
+    assert written[out_offset : out_offset + ref.size].all() and written.sum() == ref.size
+    return go
+
+
 # The permute launchers that a test of one CUDA kernel forbids, besides the other CUDA kernels' own.
 OTHER_PERMUTE_KERNELS = ("triton.permute.launch", "triton.transpose.launch", "cuda.permute.launch")
 

@@ -14,6 +14,7 @@ import torch
 from helpers import (
     OTHER_PERMUTE_KERNELS,
     assert_bits_equal,
+    check_emulated_permute,
     check_permute_exact,
     check_permute_off_boundaries,
     check_permute_refused,
@@ -192,26 +193,10 @@ def _emulate(fields, S, E, mem_in, x_span, mem_out, out_at):
 
 
 def _check(shape, dims, E, x_offset, out_offset, seed, strided=False):
-    """Emulate the kernel on x (contiguous, or every other index of its first dimension) at byte offsets of
-    aligned buffers, and compare with x.permute(dims); nothing around the output may be written."""
-    dt = {1: torch.uint8, 2: torch.int16}[E]
-    g = torch.Generator().manual_seed(seed)
-    full = (2 * shape[0], *shape[1:]) if strided else shape
-    numel = torch.Size(full).numel()
-    mem = torch.randint(1, 255, (numel * E + 64,), dtype=torch.uint8, generator=g)
-    x = mem[x_offset : x_offset + numel * E].view(dt).view(full)
-    if strided:
-        x = x[::2]
-    p = plan.plan_permute(tuple(x.shape), tuple(x.stride()), tuple(dims), E)
-    go = tuning.split_candidate(p, E)
-    assert go is not None
-    ref = x.permute(dims).contiguous().view(torch.uint8).reshape(-1).numpy()
-    out = np.full(ref.size + 64, 0xA5, np.uint8)
-    span = (x_offset, x_offset + numel * E)
-    written = _emulate(split_fields(p.sizes, p.in_strides, go), go.rows, E, mem.numpy(), span, out, out_offset)
-    assert np.array_equal(out[out_offset : out_offset + ref.size], ref)
-    assert written[out_offset : out_offset + ref.size].all() and written.sum() == ref.size
-    return go
+    def emulate(p, go, mem, span, out, out_at):
+        return _emulate(split_fields(p.sizes, p.in_strides, go), go.rows, E, mem, span, out, out_at)
+
+    return check_emulated_permute(shape, dims, E, x_offset, out_offset, seed, tuning.split_candidate, emulate, strided)
 
 
 @pytest.mark.parametrize("E", [1, 2])
@@ -271,21 +256,15 @@ def _forbid_others(monkeypatch):
     forbid_kernels(monkeypatch, *OTHER_PERMUTE_KERNELS, "cuda.words.launch_thin", "cuda.words.launch_shift")
 
 
+# (shape, dims, dtype): every TAKEN case in 1- and 2-byte dtypes, the S of 5 to 8 in 1-byte ones
+EXACT = [(*case, dt) for case in TAKEN for dt in (torch.int8, torch.bfloat16, torch.float8_e4m3fn)] + [
+    (*case, dt) for case in TAKEN_BYTES for dt in (torch.int8, torch.float8_e4m3fn)
+]
+
+
 @pytest.mark.gpu
-@pytest.mark.parametrize("dtype", [torch.int8, torch.bfloat16, torch.float8_e4m3fn])
-@pytest.mark.parametrize("shape, dims", TAKEN)
+@pytest.mark.parametrize("shape, dims, dtype", EXACT)
 def test_exact_bits_through_the_cuda_kernel(shape, dims, dtype, monkeypatch):
-    _forbid_others(monkeypatch)
-    x = random_bits(shape, dtype, "cuda", seed=1)
-    out = poisoned(tuple(shape[d] for d in dims), dtype, "cuda")
-    tileflip.permute(x, dims, out, backend="cuda-split")
-    assert_bits_equal(out, x.permute(dims).contiguous())
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("dtype", [torch.int8, torch.float8_e4m3fn])
-@pytest.mark.parametrize("shape, dims", TAKEN_BYTES)
-def test_exact_bits_for_every_s_of_1_byte_elements(shape, dims, dtype, monkeypatch):
     _forbid_others(monkeypatch)
     x = random_bits(shape, dtype, "cuda", seed=1)
     out = poisoned(tuple(shape[d] for d in dims), dtype, "cuda")
