@@ -27,6 +27,7 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 GPUS = torch.cuda.device_count() if HAS_GPU else 0
 
 
+@pytest.hookimpl(trylast=True)  # after pytest's own selection (-k, -m) has removed what will not run
 def pytest_collection_modifyitems(config, items):
     no_gpu = pytest.mark.skip(reason="needs a CUDA GPU")
     one_gpu = pytest.mark.skip(reason="needs two CUDA GPUs")
@@ -35,13 +36,10 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(no_gpu)
         elif "multigpu" in item.keywords and GPUS < 2:
             item.add_marker(one_gpu)
-
-
-def pytest_collection_finish(session):
-    """The tests helpers.without_interpreter runs in children: every such test this process collected."""
+    # The tests helpers.without_interpreter runs in children: every such test this process collected.
     helpers.pending[:] = [
         item.nodeid
-        for item in session.items
+        for item in items
         if getattr(getattr(item, "obj", None), "without_interpreter", False) and not item.get_closest_marker("skip")
     ]
 
