@@ -225,9 +225,7 @@ def launch_permute(x, out, p, backend: str = "triton") -> None:
         strategy, go = "tile", None
     if go is not None and nvrtc_available():
         if strategy in ("thin", "split", "shift"):
-            words = kernels("cuda.words")
-            launchers = {"thin": words.launch_thin, "split": words.launch_split, "shift": words.launch_shift}
-            launchers[strategy](x, out, p, go)
+            getattr(kernels("cuda.words"), f"launch_{strategy}")(x, out, p, go)
             return
         cuda_permute = kernels("cuda.permute")
         if cuda_permute.params_of(p, go, es) is not None:
