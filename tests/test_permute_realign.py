@@ -12,6 +12,7 @@ from helpers import (
     assert_bits_equal,
     check_permute_exact,
     check_permute_refused,
+    forbid_kernels,
     poisoned,
     random_bits,
 )
@@ -261,25 +262,15 @@ def test_plan_text_names_the_cuda_kernel():
 # --------------------------------------------------------------------------------------------------
 
 
-def _forbid(monkeypatch, module, name):
-    def refuse(*args, **kwargs):
-        raise AssertionError(f"{module.__name__}.{name} was called")
-
-    monkeypatch.setattr(module, name, refuse)
-
-
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.int8, torch.bfloat16])
 @pytest.mark.parametrize("shape, dims", TAKEN)
 def test_exact_bits_through_the_cuda_kernel(shape, dims, dtype, monkeypatch):
-    from tileflip.kernels.triton import permute as triton_permute
-    from tileflip.kernels.triton import transpose as triton_transpose
     from tileflip.ops import backends
 
     # whatever the model prefers
     monkeypatch.setattr(backends, "_permute_strategy", lambda p, es, *_: ("realign", tuning.realign_candidate(p, es)))
-    _forbid(monkeypatch, triton_permute, "launch")  # the call must take the CUDA kernel
-    _forbid(monkeypatch, triton_transpose, "launch")
+    forbid_kernels(monkeypatch, "triton.permute.launch", "triton.transpose.launch")  # it must take the CUDA kernel
     x = random_bits(shape, dtype, "cuda", seed=1)
     out = poisoned(tuple(shape[d] for d in dims), dtype, "cuda")
     tileflip.permute(x, dims, out)
@@ -290,9 +281,7 @@ def test_exact_bits_through_the_cuda_kernel(shape, dims, dtype, monkeypatch):
 @pytest.mark.parametrize("dtype", [torch.int8, torch.bfloat16])
 @pytest.mark.parametrize("offset", [1, 7, 16, 29])
 def test_output_off_any_boundary(offset, dtype, monkeypatch):
-    from tileflip.kernels.triton import permute as triton_permute
-
-    _forbid(monkeypatch, triton_permute, "launch")
+    forbid_kernels(monkeypatch, "triton.permute.launch")
     shape, dims = TAKEN[0]
     x = random_bits(shape, dtype, "cuda", seed=2)
     out_shape = tuple(shape[d] for d in dims)
@@ -310,11 +299,7 @@ def test_output_off_any_boundary(offset, dtype, monkeypatch):
 @pytest.mark.parametrize("offset", [1, 7, 13])
 @pytest.mark.parametrize("shape, dims", [TAKEN[0], TAKEN[3], TAKEN[4]])
 def test_input_off_any_boundary(shape, dims, offset, dtype, monkeypatch):
-    from tileflip.kernels.triton import permute as triton_permute
-    from tileflip.kernels.triton import transpose as triton_transpose
-
-    _forbid(monkeypatch, triton_permute, "launch")
-    _forbid(monkeypatch, triton_transpose, "launch")
+    forbid_kernels(monkeypatch, "triton.permute.launch", "triton.transpose.launch")
     numel = torch.Size(shape).numel()
     base = random_bits((numel + 32,), dtype, "cuda", seed=3)
     x = base[offset : offset + numel].view(shape)
@@ -325,7 +310,7 @@ def test_input_off_any_boundary(shape, dims, offset, dtype, monkeypatch):
 
 @pytest.mark.gpu
 def test_backend_triton_keeps_the_triton_kernel(monkeypatch):
-    _forbid(monkeypatch, cuda_permute, "launch")
+    forbid_kernels(monkeypatch, "cuda.permute.launch")
     shape, dims = TAKEN[0]
     x = random_bits(shape, torch.int8, "cuda", seed=4)
     assert_bits_equal(tileflip.permute(x, dims, backend="triton"), x.permute(dims).contiguous())
@@ -365,12 +350,8 @@ def test_backend_cuda_realign_refuses_what_it_cannot_take(shape, dims, dtype, re
 @pytest.mark.gpu
 @pytest.mark.parametrize("shape, dims", [((5, 30, 9, 401), (0, 3, 2, 1)), ((8, 28, 23, 36), (3, 2, 0, 1))])
 def test_backend_cuda_realign_runs_where_the_model_prefers_triton(shape, dims, monkeypatch):
-    from tileflip.kernels.triton import permute as triton_permute
-    from tileflip.kernels.triton import transpose as triton_transpose
-
     assert tuning.permute_strategy(_plan(shape, dims), 1)[0] != "realign"
-    _forbid(monkeypatch, triton_permute, "launch")
-    _forbid(monkeypatch, triton_transpose, "launch")
+    forbid_kernels(monkeypatch, "triton.permute.launch", "triton.transpose.launch")
     x = random_bits(shape, torch.int8, "cuda", seed=7)
     assert_bits_equal(tileflip.permute(x, dims, backend="cuda-realign"), x.permute(dims).contiguous())
 
