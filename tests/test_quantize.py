@@ -968,16 +968,22 @@ def test_cuda_nvfp4_unusual_global_scales_gpu(value):
         assert_same_results(got, quantize_ref(x, "nvfp4", rowwise=rowwise, columnwise=columnwise, global_scale=gs))
 
 
+def assert_kernel_says(*expressions):
+    """Each expression stands in quantize.cu as written: the numpy models below follow them."""
+    from tileflip.kernels.cuda import quantize as cuda_kernel
+
+    source = cuda_kernel.CU_FILE.read_text()
+    for expression in expressions:
+        assert expression in source, expression
+
+
 # The kernel's thread mapping, modelled in numpy: what quantize.cu's index arithmetic does, checked
 # here without a GPU (256 threads: warp w, half h, lane v of the half; rows 16w + 8h + i, columns 8v + k).
 
 
 def test_cuda_model_is_the_kernels_arithmetic():
     """The expressions the models below follow, as they stand in the kernel's source."""
-    from tileflip.kernels.cuda import quantize as cuda_kernel
-
-    source = cuda_kernel.CU_FILE.read_text()
-    expressions = (
+    assert_kernel_says(
         # the recipes' groups and the thread's rows and columns
         "static constexpr int G = R <= FP8_128X128 ? 128 : (R == NVFP4 ? 16 : 32);",
         "static constexpr int PACK = R == NVFP4 ? 2 : 1;",
@@ -997,15 +1003,15 @@ def test_cuda_model_is_the_kernels_arithmetic():
         "rowscale_b[(r0 + mine + j) * GROUPS + v / L] = (tf_u8)stored;",
         "rowscale[r0 + mine] = stored;",
         "const int src = G == 128 ? 2 * i : (v & ~(L - 1)) + i / N;",
-        "rmult[i] = __shfl_sync(0xFFFFFFFFu, m[i % N], (h << 4) + src);",
+        "rsel[i] = __shfl_sync(0xFFFFFFFFu, m[i % N], (h << 4) + src);",
         # the column groups
         "constexpr int CW = G == 16 ? 1 : G / 16;",
         "cmax[k] = max(cmax[k], __shfl_xor_sync(0xFFFFFFFFu, cmax[k], 16));",
-        "block_scale<R>(h ? cmax[4 + j] : cmax[j], ctx, m[j], stored);",
+        "block_scale<R, COUNTED>(group_top<IN, COUNTED>(h ? cmax[4 + j] : cmax[j]), ctx, mult, stored);",
         "colscale[(8 * v + 4 * h + j) * GROUPS + w] = (tf_u8)stored;",
-        "const float other = __shfl_xor_sync(0xFFFFFFFFu, m[j], 16);",
-        "cmult[j] = h ? other : m[j];",
-        "cmult[4 + j] = h ? m[j] : other;",
+        "const tf_u32 other = __shfl_xor_sync(0xFFFFFFFFu, m[j], 16);",
+        "csel[j] = h ? other : m[j];",
+        "csel[4 + j] = h ? m[j] : other;",
         "} else if (h == 0) {",
         "colmax[w * TILE + 8 * v + k] = cmax[k];",
         "for (int idx = t; idx < GROUPS * TILE; idx += THREADS)",
@@ -1014,7 +1020,7 @@ def test_cuda_model_is_the_kernels_arithmetic():
         "for (int p = 1; p < CW; ++p) top = max(top, colmax[(q * CW + p) * TILE + c]);",
         "colmult[q * TILE + c] = m;",
         "colscale[c * GROUPS + q] = (tf_u8)stored;",
-        "cmult[k] = colmult[(w / CW) * TILE + 8 * v + k];",
+        "csel[k] = __float_as_uint(colmult[(w / CW) * TILE + 8 * v + k]);",
         # the column stage: e4m3 (8-byte chunks) and fp4 (4-byte chunks)
         "constexpr int TROW = TILE / PACK;",
         "const int chunk = (r0 >> 3) ^ v;",
@@ -1052,8 +1058,6 @@ def test_cuda_model_is_the_kernels_arithmetic():
         "scale_word(blocked, col0 + r, row0 / G, M / G, q)",
         "scale_word(blocked, row0 + r, col0 / G, K / G, q)",
     )
-    for expression in expressions:
-        assert expression in source, expression
 
 
 def reduce_rows_model(rmax: np.ndarray, G: int) -> list:
@@ -1355,15 +1359,11 @@ def test_cuda_e2m1_short_conversion_model():
     """The kernel's e2m1 conversion for products that are not NaN, as numpy float32 arithmetic (one
     rounding add, as ``__fadd_rn``), against the reference's codes: random fp32 patterns, every 29th
     pattern from 0.125 to 7, the grid's midpoints and their neighbours, each in both signs."""
-    from tileflip.kernels.cuda import quantize as cuda_kernel
-
-    source = cuda_kernel.CU_FILE.read_text()
-    for expression in ("const float a = fminf(fabsf(y), 6.0f);",
+    assert_kernel_says("const float a = fminf(fabsf(y), 6.0f);",
                        "const tf_u32 jb = min(max(__float_as_uint(a) >> 23, 127u), 129u);",
                        "__fadd_rn(a, __uint_as_float((jb << 23) + 0x0B400000u))",
                        "return ((sum + 2 * jb + 2) & 7u) | ((__float_as_uint(y) >> 28) & 8u);",
-                       "if (fabsf(m) <= 3.402823466e38f) {"):  # fmt: skip
-        assert expression in source, expression
+                       "if (fabsf(m) <= 3.402823466e38f) {")  # fmt: skip
     rng = np.random.default_rng(7)
     steps = np.arange(0x3E000000, 0x40E00000, 29, dtype=np.uint32)
     mids = np.array([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, 6.0, 0.0, 0.5, 1.0, 2.0, 4.0, 7.0, 1e30, np.inf],
@@ -1380,6 +1380,204 @@ def test_cuda_e2m1_short_conversion_model():
     want = ref.e2m1_codes(torch.from_numpy(y.copy())).numpy()
     assert len(y) > 2_000_000
     np.testing.assert_array_equal(code, want)
+
+
+# nvfp4 of bf16 and fp16 x: codes counted against per-scale thresholds (quantize.cu's e2m1_thresholds,
+# e2m1x2_counted, e2m1x8_counted), modelled in numpy with the kernel's roundings.
+E2M1_MIDS = np.array([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0], dtype=np.float32)
+HALF_INF = {"bf16": 0x7F80, "fp16": 0x7C00}
+
+
+def half_values(bits: np.ndarray, half: str) -> np.ndarray:
+    """half_value<IN>: the fp32 values of bf16 or fp16 bit patterns."""
+    bits = np.asarray(bits, dtype=np.int64)
+    if half == "bf16":
+        return (bits.astype(np.uint32) << 16).view(np.float32)
+    return bits.astype(np.uint16).view(np.float16).astype(np.float32)
+
+
+def half_below(q: np.ndarray, half: str) -> np.ndarray:
+    """half_below<IN>: the bits of the largest bf16 or fp16 value at or below q >= 0 (cvt.rz for fp16, which
+    gives the largest finite value past it, and inf for inf)."""
+    if half == "bf16":
+        return (q.view(np.uint32) >> 16).astype(np.int64)
+    with np.errstate(over="ignore"):
+        rounded = q.astype(np.float16)
+    bits = rounded.view(np.uint16).astype(np.int64)
+    bits = np.where(rounded.astype(np.float32) > q, bits - 1, bits)
+    return np.where(np.isinf(rounded) & ~np.isinf(q), 0x7BFF, bits)
+
+
+def thresholds_model(m: np.ndarray, half: str) -> np.ndarray:
+    """e2m1_thresholds<IN> for each multiplier in m: (7, len(m)) bit patterns."""
+    inf = HALF_INF[half]
+    with np.errstate(all="ignore"):
+        q1 = (np.float32(0.25) / m).astype(np.float32)
+    rows = []
+    for k, mid in enumerate(E2M1_MIDS):
+        c = np.minimum(half_below((np.float32(4 * mid) * q1).astype(np.float32), half), inf)
+        fails = 0
+        for cand in (c, np.minimum(c + 1, inf)):
+            y = (half_values(cand, half) * m).astype(np.float32)
+            fails = fails + ((y < mid) if k & 1 else (y <= mid))
+        rows.append(np.minimum(c + fails, inf))
+    return np.stack(rows)
+
+
+def nvfp4_multipliers(global_scale):
+    """The kernel's recip table for the normal e4m3 scale bytes 0x08..0x7E: 1 / s or (1 / gs) / s."""
+    s8 = np.arange(0x08, 0x7F)
+    s = torch.from_numpy(s8.astype(np.uint8)).view(torch.float8_e4m3fn).float().numpy()
+    with np.errstate(all="ignore"):
+        num = np.float32(1) if global_scale is None else (np.float32(1) / np.float32(global_scale)).astype(np.float32)
+        return (num / s).astype(np.float32)
+
+
+@pytest.mark.parametrize("half", ["bf16", "fp16"])
+def test_cuda_e2m1_thresholds_model_every_value(half):
+    """For every multiplier the kernel can meet (every e4m3 scale, with and without global scales from
+    tiny to huge, random ones among them), the thresholds' count gives the reference's code for every
+    bf16 (fp16) magnitude that is not NaN: T_k lies at c, c + 1 or c + 2 from the estimate."""
+    assert_kernel_says("const float q1 = __fdiv_rn(0.25f, m);",
+                       "tf_u32 c = min(half_below<IN>(__fmul_rn(mid[k] * 4.0f, q1)), inf);",
+                       "c += (even ? y0 < mid[k] : y0 <= mid[k]) + (even ? y1 < mid[k] : y1 <= mid[k]);",
+                       "if (m > 0.0f && m <= 3.402823466e38f) return e2m1x8_counted<IN>")  # fmt: skip
+    rng = np.random.default_rng(11)
+    scales = [None, 1.0, 0.37, 3e-3, 1e-30, 3e30, 1.7e38, 2.0**-126, 1.234567e-20]
+    scales += list(np.exp(rng.uniform(np.log(1e-37), np.log(1e37), 24)).astype(np.float32))
+    bits = np.arange(0, HALF_INF[half] + 1)
+    values = half_values(bits, half)
+    checked = 0
+    for gs in scales:
+        m = nvfp4_multipliers(gs)
+        fast = (m > 0) & (m <= np.finfo(np.float32).max)
+        thr = thresholds_model(m, half)
+        assert (np.diff(thr[:, fast], axis=0) >= 0).all()  # rising, as the kernel's search needs
+        for i in np.nonzero(fast)[0]:
+            with np.errstate(over="ignore"):
+                y = np.clip((values * m[i]).astype(np.float32), -6, 6)
+            want = ref.e2m1_codes(torch.from_numpy(y)).numpy()
+            got = (bits[None, :] >= thr[:, i][:, None]).sum(0)
+            np.testing.assert_array_equal(got, want, err_msg=f"{half} gs={gs} m={m[i]}")
+            checked += 1
+    assert checked > 30 * 100
+
+
+def prmt(a, b, sel):
+    """prmt.b32 in its default mode: byte j of the result is byte (sel >> 4j) & 7 of {b, a}, its sign
+    replicated where bit 3 of that selector is set."""
+    src = [(a >> (8 * i)) & 0xFF for i in range(4)] + [(b >> (8 * i)) & 0xFF for i in range(4)]
+    out = np.zeros_like(a)
+    for j in range(4):
+        nib = (sel >> (4 * j)) & 0xF
+        byte = src[nib & 7]
+        if nib & 8:
+            byte = np.where(byte & 0x80, 0xFF, 0)
+        out |= byte << (8 * j)
+    return out
+
+
+def counted_model(p, q, halves, thr, half):
+    """e2m1x8_counted<IN>: eight codes from x's words p[j], q[j] (uint32 arrays) against the thresholds, by
+    the kernel's search over them (T4, then T2 or T6, then the odd one between)."""
+
+    def ge(a, t):  # set.ge.u32.x2: 0xFFFF in each half where |x| >= T
+        lo = np.where(half_values(a & 0xFFFF, half) >= half_values(t & 0xFFFF, half), 0xFFFF, 0)
+        hi = np.where(half_values(a >> 16, half) >= half_values(t >> 16, half), 0xFFFF0000, 0)
+        return lo | hi
+
+    def pick(m, a, b):
+        return (m & a) | (~m & b & 0xFFFFFFFF)
+
+    t = [k | (k << 16) for k in thr]  # each threshold in both halves, as the kernel's table holds them
+    out = np.zeros_like(p[0])
+    for j in range(4):
+        high = (halves >> j) & 1
+        mag = prmt(p[j] & 0x7FFF7FFF, q[j] & 0x7FFF7FFF, 0x7632 if high else 0x5410)
+        sgn = prmt(p[j], q[j], 0x0F0B if high else 0x0D09)
+        m4 = ge(mag, t[3])
+        m2 = ge(mag, pick(m4, t[5], t[1]))
+        m1 = ge(mag, pick(m4, pick(m2, t[6], t[4]), pick(m2, t[2], t[0])))
+        out |= ((m4 & 0x40004) | (m2 & 0x20002) | (m1 & 0x10001) | (sgn & 0x80008)) << (4 * j)
+    return out & 0xFFFFFFFF
+
+
+@pytest.mark.parametrize("half", ["bf16", "fp16"])
+def test_cuda_e2m1_counted_model(half):
+    """The pairs a thread's row and column words make (prmt), the search over the thresholds and the sign bits: the nibbles of
+    a row (values 0..7 of its 4 words) and of a column (half k & 1 of one word of rows 0..7) are the
+    reference's codes, for random values of every sign and magnitude and a random multiplier each."""
+    assert_kernel_says('const tf_u32 mag = prmt(ap[j], aq[j], high ? 0x7632u : 0x5410u);',
+                       'const tf_u32 sgn = prmt(p[j], q[j], high ? 0x0F0Bu : 0x0D09u);',
+                       'const tf_u32 m4 = ge2<IN>(mag, lo.w);',
+                       'const tf_u32 m2 = ge2<IN>(mag, pick(m4, hi.y, lo.y));',
+                       'const tf_u32 m1 = ge2<IN>(mag, pick(m4, pick(m2, hi.z, hi.x), pick(m2, lo.z, lo.x)));',
+                       'return (m4 & 0x40004u) | (m2 & 0x20002u) | (m1 & 0x10001u) | (sgn & 0x80008u);',
+                       'out |= e2m1x2_counted<IN>(mag, sgn, lo, hi) << (4 * j);',
+                       'xa[i][q] = words[q] & 0x7FFF7FFFu;',
+                       'e2m1x8_kept<IN>(p, q, ap, aq, 0b1010, m, ctx.thr + 2 * rsel[i]);',
+                       'e2m1x8_kept<IN>(p, q, ap, aq, k & 1 ? 0b1111 : 0, m, ctx.thr + 2 * csel[k]);',
+                       'const tf_u32 p[4] = {xw[i][0], xw[i][0], xw[i][1], xw[i][1]}, q[4] = {xw[i][2], xw[i][2], xw[i][3], xw[i][3]};',
+                       'const tf_u32 p[4] = {xw[0][k / 2], xw[1][k / 2], xw[2][k / 2], xw[3][k / 2]};',
+                       'const tf_u32 q[4] = {xw[4][k / 2], xw[5][k / 2], xw[6][k / 2], xw[7][k / 2]};')  # fmt: skip
+    rng = np.random.default_rng(12)
+    n = 4000
+    m = nvfp4_multipliers(None)[rng.integers(0, 119, n)]
+    thr = thresholds_model(m, half)
+    top = HALF_INF[half]
+    bits = rng.integers(0, top, (8, 8, n)) | (rng.integers(0, 2, (8, 8, n)) << 15)  # rows i, columns k
+    words = (bits[:, 0::2] | (bits[:, 1::2] << 16)).astype(np.int64)  # (8 rows, 4 words, n)
+    with np.errstate(over="ignore"):
+        y = np.clip((half_values(bits, half) * m).astype(np.float32), -6, 6)
+    want = ref.e2m1_codes(torch.from_numpy(y)).numpy().astype(np.int64)
+    nibbles = np.arange(8)[:, None] * 4
+    for i in range(8):
+        w = words[i]
+        got = counted_model([w[0], w[0], w[1], w[1]], [w[2], w[2], w[3], w[3]], 0b1010, thr, half)
+        np.testing.assert_array_equal((got[None, :] >> nibbles) & 0xF, want[i])
+    for k in range(8):
+        col = words[:, k // 2]
+        got = counted_model([col[0], col[1], col[2], col[3]], [col[4], col[5], col[6], col[7]],
+                            0b1111 if k & 1 else 0, thr, half)  # fmt: skip
+        np.testing.assert_array_equal((got[None, :] >> nibbles) & 0xF, want[:, k])
+
+
+def test_cuda_nvfp4_block_scale_quotients_model():
+    """div6_short: top / 6 as the product by 1/6 and one FMA correction equals the IEEE quotient for every
+    bf16 and fp16 top (the FMA's exact sum fits a float64). div_gs: block * (1 / gs) gives the IEEE
+    quotient's e4m3 byte wherever it lies more than 4 ulps from every value of 5 significant bits."""
+    assert_kernel_says("const float y = 0.16666667163372039795f;",
+                       "return top <= 3.402823466e38f ? __fmaf_rn(__fmaf_rn(-q, 6.0f, top), y, q) : q;",
+                       "const float v = __fmul_rn(block, ctx.rgs);",
+                       "const tf_u32 low = (__float_as_uint(v) + 4u) & 0x7FFFFu;",
+                       "return ctx.gs_normal && low > 8u ? v : __fdiv_rn(block, ctx.gs);")  # fmt: skip
+    b = np.arange(0, 0x7F80, dtype=np.uint32)
+    tops = np.concatenate([(b << 16).view(np.float32), half_values(b[b < 0x7C00], "fp16")])
+    y = np.float32(1) / np.float32(6)
+    q = (tops * y).astype(np.float32)
+    r = tops.astype(np.float64) - 6.0 * q.astype(np.float64)  # fma(-q, 6, top): exact
+    got = (q.astype(np.float64) + r * np.float64(y)).astype(np.float32)  # one rounding: the sum is exact
+    np.testing.assert_array_equal(got, (tops / np.float32(6)).astype(np.float32))
+
+    rng = np.random.default_rng(13)
+    n = 2_000_000
+    gs = np.exp(rng.uniform(np.log(1e-30), np.log(1e30), n)).astype(np.float32)
+    block = np.exp(rng.uniform(np.log(1e-30), np.log(1e30), n)).astype(np.float32)
+    # blocks whose quotient sits on or beside an e4m3 value or midpoint
+    grid = (rng.integers(16, 32, n // 4) * 2.0 ** rng.integers(-10, 10, n // 4)).astype(np.float32) / 16
+    near = (grid.view(np.uint32).astype(np.int64) + rng.integers(-12, 13, n // 4)).astype(np.uint32).view(np.float32)
+    block[: n // 4] = (near * gs[: n // 4]).astype(np.float32)
+    with np.errstate(all="ignore"):
+        exact = (block / gs).astype(np.float32)
+        fast = (block * (np.float32(1) / gs).astype(np.float32)).astype(np.float32)
+    low = (fast.view(np.uint32) + np.uint32(4)) & np.uint32(0x7FFFF)
+    chosen = np.where(low > 8, fast, exact)
+
+    def byte(v):
+        return torch.from_numpy(np.clip(v, 2.0**-6, 448.0)).to(torch.float8_e4m3fn).view(torch.uint8)
+
+    assert torch.equal(byte(chosen), byte(exact))
+    assert (low <= 8).sum() > 1000  # the IEEE quotient is taken near the midpoints
 
 
 @pytest.mark.gpu

@@ -121,6 +121,117 @@ __device__ __forceinline__ tf_u32 e2m1x8(const Vec8& v, float m) {
     return out;
 }
 
+// nvfp4 of 2-byte x (IN 0 bf16, 1 fp16). For a multiplier m, the code of x * m is the count of thresholds at or
+// below |x|: T_k, k = 1..7, is the least |x| of the input's type whose product rounds to code k or above (the
+// product reaches the grid's midpoint below code k; at the midpoint itself where k is even). Comparing x's own
+// values is exact and takes two values an instruction (set.ge on x2 pairs).
+template <int IN> __device__ __forceinline__ float half_value(tf_u32 h) {
+    if (IN == 0) return __uint_as_float(h << 16);
+    float f;
+    asm("{ .reg .b16 t; cvt.u16.u32 t, %1; cvt.f32.f16 %0, t; }" : "=f"(f) : "r"(h));
+    return f;
+}
+
+// The largest value of the input's type at or below q >= 0 (its bits).
+template <int IN> __device__ __forceinline__ tf_u32 half_below(float q) {
+    if (IN == 0) return __float_as_uint(q) >> 16;
+    tf_u32 h;
+    asm("{ .reg .b16 t; cvt.rz.f16.f32 t, %1; cvt.u32.u16 %0, t; }" : "=r"(h) : "f"(q));
+    return h;
+}
+
+// T_1 .. T_7 for m (finite, above 0), each in both halves of a word, in words 0..6. q = T_k's value estimated
+// from 0.25 / m (within 2^-21 of it), c the largest value at or below q: T_k is c, c + 1 or c + 2 (bits), the
+// first whose product reaches code k; +inf where no finite value does.
+template <int IN> __device__ __forceinline__ void e2m1_thresholds(float m, tf_u32 (&thr)[8]) {
+    const tf_u32 inf = IN == 0 ? 0x7F80u : 0x7C00u;
+    const float mid[7] = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f};
+    const float q1 = __fdiv_rn(0.25f, m);
+#pragma unroll
+    for (int k = 0; k < 7; ++k) {
+        tf_u32 c = min(half_below<IN>(__fmul_rn(mid[k] * 4.0f, q1)), inf);
+        const float y0 = __fmul_rn(half_value<IN>(c), m), y1 = __fmul_rn(half_value<IN>(min(c + 1, inf)), m);
+        const bool even = k & 1;  // code k + 1
+        c += (even ? y0 < mid[k] : y0 <= mid[k]) + (even ? y1 < mid[k] : y1 <= mid[k]);
+        c = min(c, inf);
+        thr[k] = c | (c << 16);
+    }
+    thr[7] = 0;
+}
+
+// mask of a >= b in each half of two bf16 (fp16) pairs: 0xFFFF where it holds, 0 where not.
+template <int IN> __device__ __forceinline__ tf_u32 ge2(tf_u32 a, tf_u32 b) {
+    tf_u32 d;
+    if (IN == 0) asm("set.ge.u32.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+    else asm("set.ge.u32.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+    return d;
+}
+
+// a where the mask's bits are set, b elsewhere (one LOP3).
+__device__ __forceinline__ tf_u32 pick(tf_u32 m, tf_u32 a, tf_u32 b) { return (m & a) | (~m & b); }
+
+// Codes of a pair of values (the low and the high halves of mag, their magnitudes, and of sgn, whose bits 3
+// and 19 are their signs), in bits 0-3 and 16-19. The thresholds rise with k, so the count of those at or
+// below |x| is found by a search in each half: T_4 gives the code's bit 2, then T_6 or T_2 its bit 1, then
+// the odd threshold between its bit 0 (three comparisons, where counting all seven took fourteen steps).
+template <int IN>
+__device__ __forceinline__ tf_u32 e2m1x2_counted(tf_u32 mag, tf_u32 sgn, const uint4& lo, const uint4& hi) {
+    const tf_u32 m4 = ge2<IN>(mag, lo.w);                    // T_4
+    const tf_u32 m2 = ge2<IN>(mag, pick(m4, hi.y, lo.y));    // T_6 or T_2
+    const tf_u32 m1 = ge2<IN>(mag, pick(m4, pick(m2, hi.z, hi.x), pick(m2, lo.z, lo.x)));  // T_7, T_5, T_3, T_1
+    return (m4 & 0x40004u) | (m2 & 0x20002u) | (m1 & 0x10001u) | (sgn & 0x80008u);
+}
+
+__device__ __forceinline__ tf_u32 prmt(tf_u32 a, tf_u32 b, tf_u32 sel) {
+    tf_u32 d;
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
+    return d;
+}
+
+// Eight codes as nibbles (value j in bits 4j): value j (j < 4) is half (halves >> j) & 1 of word p[j] and value
+// j + 4 the same half of q[j] (x's words; ap, aq their magnitudes), so that the pair j, j + 4 is one x2 word.
+template <int IN>
+__device__ __forceinline__ tf_u32 e2m1x8_counted(const tf_u32 (&p)[4], const tf_u32 (&q)[4], const tf_u32 (&ap)[4],
+                                                 const tf_u32 (&aq)[4], int halves, const uint4& lo, const uint4& hi) {
+    tf_u32 out = 0;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+        const bool high = (halves >> j) & 1;
+        const tf_u32 mag = prmt(ap[j], aq[j], high ? 0x7632u : 0x5410u);
+        const tf_u32 sgn = prmt(p[j], q[j], high ? 0x0F0Bu : 0x0D09u);  // the high bytes' signs, replicated
+        out |= e2m1x2_counted<IN>(mag, sgn, lo, hi) << (4 * j);
+    }
+    return out;
+}
+
+// The same eight values times m: counted against thr (the thresholds of the group's scale byte) where m is
+// finite and above 0; otherwise (a NaN group, or a global scale that is 0, negative or not finite) e2m1 of
+// the fp32 products.
+template <int IN>
+__device__ __forceinline__ tf_u32 e2m1x8_kept(const tf_u32 (&p)[4], const tf_u32 (&q)[4], const tf_u32 (&ap)[4],
+                                              const tf_u32 (&aq)[4], int halves, float m, const uint4* thr) {
+    if (m > 0.0f && m <= 3.402823466e38f) return e2m1x8_counted<IN>(p, q, ap, aq, halves, thr[0], thr[1]);
+    Vec8 v;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+        const int shift = (halves >> j) & 1 ? 16 : 0;
+        v.v[j] = half_value<IN>((p[j] >> shift) & 0xFFFFu);
+        v.v[j + 4] = half_value<IN>((q[j] >> shift) & 0xFFFFu);
+    }
+    return e2m1x8(v, m);
+}
+
+__device__ __forceinline__ tf_u32 max_u16x2(tf_u32 a, tf_u32 b) {
+    tf_u32 d;
+    asm("max.u16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+    return d;
+}
+
+// A group's max |x| as fp32 bits, from the bits of x's own type where x is kept in 2 bytes.
+template <int IN, bool KEPT> __device__ __forceinline__ tf_u32 group_top(tf_u32 top) {
+    return KEPT ? __float_as_uint(half_value<IN>(top)) : top;
+}
+
 // Four e4m3 bytes of a, b, c, d (a in the low byte), as e4m3x2 does them.
 __device__ __forceinline__ tf_u32 e4m3x4(float a, float b, float c, float d) {
     tf_u32 r;
@@ -130,17 +241,40 @@ __device__ __forceinline__ tf_u32 e4m3x4(float a, float b, float c, float d) {
 }
 
 // What the scale rules read besides a block's max: ue8m0 (fp8 recipes); nvfp4's 1 / s for every e4m3
-// scale byte s (in shared memory), and its global scale (gs, 1 without one).
+// scale byte s (in shared memory; NaN for 0x7F, a NaN group's), its thresholds for 2-byte x (two words a
+// byte), and its global scale (gs, 1 without one).
 struct Ctx {
     int ue8m0;
     float gs;
+    float rgs;  // 1 / gs, rounded to nearest
     bool global;
+    bool gs_normal;  // gs and rgs positive normal numbers
     const float* recip;
+    const uint4* thr;
 };
+
+// top / 6 rounded to nearest even, for top a 2-byte type's value (at most 11 significant bits), inf or NaN: the
+// product by 1/6 and one FMA correction (a CPU test checks every such top against the IEEE quotient).
+__device__ __forceinline__ float div6_short(float top) {
+    const float y = 0.16666667163372039795f;  // 1/6 rounded to nearest
+    const float q = __fmul_rn(top, y);
+    return top <= 3.402823466e38f ? __fmaf_rn(__fmaf_rn(-q, 6.0f, top), y, q) : q;  // inf and NaN: q
+}
+
+// What nvfp4's scale byte takes of block / gs: the product by rg = 1/gs (rounded to nearest) lies within 2
+// ulps of the IEEE quotient, so it rounds to the same e4m3 byte (and clamps alike) unless it lies within 4
+// ulps of a value of 5 significant bits (an e4m3 value, a midpoint between two, or a clamp bound); there, and
+// for a global scale that is not a positive normal number, the IEEE quotient.
+__device__ __forceinline__ float div_gs(float block, const Ctx& ctx) {
+    const float v = __fmul_rn(block, ctx.rgs);
+    const tf_u32 low = (__float_as_uint(v) + 4u) & 0x7FFFFu;
+    return ctx.gs_normal && low > 8u ? v : __fdiv_rn(block, ctx.gs);
+}
 
 // From a block's max |x| as fp32 bits: the multiplier applied to x, and the stored scale (fp32 bits for
 // the fp8 recipes, the e8m0 or e4m3 byte otherwise).
-template <int R>
+// SHORT: top is the max of a 2-byte type's values (nvfp4's quotients then take fewer instructions).
+template <int R, bool SHORT = false>
 __device__ __forceinline__ void block_scale(tf_u32 top, const Ctx& ctx, float& mult, tf_u32& stored) {
     const bool nan = top > 0x7F800000u;
     if (R <= FP8_128X128) {
@@ -178,8 +312,8 @@ __device__ __forceinline__ void block_scale(tf_u32 top, const Ctx& ctx, float& m
         mult = nan ? __uint_as_float(0x7FFFFFFFu) : r;
         stored = nan ? 255u : (tf_u32)biased;
     } else {
-        float block = __fdiv_rn(__uint_as_float(top), 6.0f);
-        if (ctx.global) block = __fdiv_rn(block, ctx.gs);
+        float block = SHORT ? div6_short(__uint_as_float(top)) : __fdiv_rn(__uint_as_float(top), 6.0f);
+        if (ctx.global) block = SHORT ? div_gs(block, ctx) : __fdiv_rn(block, ctx.gs);
         const bool bad = block != block;
         const float clamped = fminf(fmaxf(block, 0.015625f), 448.0f);
         const tf_u32 s8 = e4m3x2(clamped, 0.0f) & 0xFFu;  // a normal e4m3 (at least 2^-6)
@@ -242,27 +376,54 @@ __device__ __forceinline__ void quantize_tile(const tf_u8* __restrict__ x, tf_u8
     const tf_i64 row0 = mb * TILE, col0 = kb * TILE;
     const int r0 = 16 * w + 8 * h;  // this thread's rows r0 .. r0 + 7 of the tile, columns 8v .. 8v + 7
 
-    Vec8 f[8];
-#pragma unroll
-    for (int i = 0; i < 8; ++i) f[i] = load8<IN>(x + ((row0 + r0 + i) * ld + col0 + 8 * v) * ES);
-
-    // Each row's max over the thread's 8 columns, each column's over its 8 rows.
+    // nvfp4 of 2-byte x keeps x's words (w) and their magnitudes (a) and counts thresholds (e2m1x8_counted);
+    // every other case converts x to fp32 (f). Maxima are of |x|'s bits, in x's own type where kept.
+    constexpr bool COUNTED = R == NVFP4 && IN != 2;
+    Vec8 f[COUNTED ? 1 : 8];
+    tf_u32 xw[COUNTED ? 8 : 1][4], xa[COUNTED ? 8 : 1][4];
     tf_u32 rmax[8], cmax[8];
+    if constexpr (COUNTED) {
 #pragma unroll
-    for (int k = 0; k < 8; ++k) cmax[k] = 0;
+        for (int i = 0; i < 8; ++i) {
+            const uint4 u = __ldg(reinterpret_cast<const uint4*>(x + ((row0 + r0 + i) * ld + col0 + 8 * v) * ES));
+            const tf_u32 words[4] = {u.x, u.y, u.z, u.w};
 #pragma unroll
-    for (int i = 0; i < 8; ++i) {
-        rmax[i] = 0;
+            for (int q = 0; q < 4; ++q) {
+                xw[i][q] = words[q];
+                xa[i][q] = words[q] & 0x7FFF7FFFu;
+            }
+            const tf_u32 m2 = max_u16x2(max_u16x2(xa[i][0], xa[i][1]), max_u16x2(xa[i][2], xa[i][3]));
+            rmax[i] = max(m2 & 0xFFFFu, m2 >> 16);
+        }
 #pragma unroll
-        for (int k = 0; k < 8; ++k) {
-            const tf_u32 b = abs_bits(f[i].v[k]);
-            rmax[i] = max(rmax[i], b);
-            cmax[k] = max(cmax[k], b);
+        for (int q = 0; q < 4; ++q) {
+            tf_u32 m2 = xa[0][q];
+#pragma unroll
+            for (int i = 1; i < 8; ++i) m2 = max_u16x2(m2, xa[i][q]);
+            cmax[2 * q] = m2 & 0xFFFFu;
+            cmax[2 * q + 1] = m2 >> 16;
+        }
+    } else {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) f[i] = load8<IN>(x + ((row0 + r0 + i) * ld + col0 + 8 * v) * ES);
+        // Each row's max over the thread's 8 columns, each column's over its 8 rows.
+#pragma unroll
+        for (int k = 0; k < 8; ++k) cmax[k] = 0;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+            rmax[i] = 0;
+#pragma unroll
+            for (int k = 0; k < 8; ++k) {
+                const tf_u32 b = abs_bits(f[i].v[k]);
+                rmax[i] = max(rmax[i], b);
+                cmax[k] = max(cmax[k], b);
+            }
         }
     }
 
-    float rmult[8];
-    float cmult[8];
+    // What converting each row's (and column's) group takes: the multiplier's bits, or nvfp4's scale byte, whose
+    // multiplier ctx.recip holds (NaN for a NaN group's 0x7F), with the thresholds where x is kept in 2 bytes.
+    tf_u32 rsel[8], csel[8];
     if (RC::SQUARE) {
         tf_u32 top = 0;
 #pragma unroll
@@ -278,7 +439,7 @@ __device__ __forceinline__ void quantize_tile(const tf_u8* __restrict__ x, tf_u8
         tf_u32 stored;
         block_scale<R>(top, ctx, m, stored);
 #pragma unroll
-        for (int i = 0; i < 8; ++i) rmult[i] = cmult[i] = m;
+        for (int i = 0; i < 8; ++i) rsel[i] = csel[i] = __float_as_uint(m);
         if (t == 0) {
             if (ROW) reinterpret_cast<float*>(scale)[mb * tiles_k + kb] = __uint_as_float(stored);
             if (COL) reinterpret_cast<float*>(scale_t)[kb * tiles_m + mb] = __uint_as_float(stored);
@@ -288,11 +449,13 @@ __device__ __forceinline__ void quantize_tile(const tf_u8* __restrict__ x, tf_u8
             constexpr int L = G / 8, N = G == 128 ? 1 : 64 / G;  // lanes of a row group, rows a lane keeps
             reduce_rows<G>(rmax, v);
             const int mine = G == 128 ? v >> 1 : (v & (L - 1)) * N;  // the first row this lane holds
-            float m[N];
+            tf_u32 m[N];
 #pragma unroll
             for (int j = 0; j < N; ++j) {
                 tf_u32 stored;
-                block_scale<R>(rmax[j], ctx, m[j], stored);
+                float mult;
+                block_scale<R, COUNTED>(group_top<IN, COUNTED>(rmax[j]), ctx, mult, stored);
+                m[j] = R == NVFP4 ? stored : __float_as_uint(mult);
                 if (RC::BYTE_SCALES) {
                     rowscale_b[(r0 + mine + j) * GROUPS + v / L] = (tf_u8)stored;
                 } else if ((v & 1) == 0) {
@@ -303,7 +466,7 @@ __device__ __forceinline__ void quantize_tile(const tf_u8* __restrict__ x, tf_u8
 #pragma unroll
             for (int i = 0; i < 8; ++i) {
                 const int src = G == 128 ? 2 * i : (v & ~(L - 1)) + i / N;
-                rmult[i] = __shfl_sync(0xFFFFFFFFu, m[i % N], (h << 4) + src);
+                rsel[i] = __shfl_sync(0xFFFFFFFFu, m[i % N], (h << 4) + src);
             }
         }
         if (COL) {
@@ -311,18 +474,20 @@ __device__ __forceinline__ void quantize_tile(const tf_u8* __restrict__ x, tf_u8
             for (int k = 0; k < 8; ++k) cmax[k] = max(cmax[k], __shfl_xor_sync(0xFFFFFFFFu, cmax[k], 16));
             if (G == 16) {
                 // The warp's 16 rows are the column group (group w): the two halves share out its 8 scales.
-                float m[4];
+                tf_u32 m[4];
 #pragma unroll
                 for (int j = 0; j < 4; ++j) {
                     tf_u32 stored;
-                    block_scale<R>(h ? cmax[4 + j] : cmax[j], ctx, m[j], stored);
+                    float mult;
+                    block_scale<R, COUNTED>(group_top<IN, COUNTED>(h ? cmax[4 + j] : cmax[j]), ctx, mult, stored);
+                    m[j] = R == NVFP4 ? stored : __float_as_uint(mult);
                     colscale[(8 * v + 4 * h + j) * GROUPS + w] = (tf_u8)stored;
                 }
 #pragma unroll
                 for (int j = 0; j < 4; ++j) {
-                    const float other = __shfl_xor_sync(0xFFFFFFFFu, m[j], 16);
-                    cmult[j] = h ? other : m[j];
-                    cmult[4 + j] = h ? m[j] : other;
+                    const tf_u32 other = __shfl_xor_sync(0xFFFFFFFFu, m[j], 16);
+                    csel[j] = h ? other : m[j];
+                    csel[4 + j] = h ? m[j] : other;
                 }
             } else if (h == 0) {
 #pragma unroll
@@ -354,15 +519,21 @@ __device__ __forceinline__ void quantize_tile(const tf_u8* __restrict__ x, tf_u8
             reinterpret_cast<float*>(scale)[kb * M + row0 + (t - TILE)] = __uint_as_float(rowscale[t - TILE]);
         if (COL && G > 16) {
 #pragma unroll
-            for (int k = 0; k < 8; ++k) cmult[k] = colmult[(w / CW) * TILE + 8 * v + k];
+            for (int k = 0; k < 8; ++k) csel[k] = __float_as_uint(colmult[(w / CW) * TILE + 8 * v + k]);
         }
     }
 
     if (ROW) {
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
-            const float m = rmult[i];
-            if (PACK == 2) {
+            const float m = R == NVFP4 ? ctx.recip[rsel[i]] : __uint_as_float(rsel[i]);
+            if constexpr (COUNTED) {
+                // Row i's values j and j + 4 are half j & 1 of its words j / 2 and j / 2 + 2.
+                const tf_u32 p[4] = {xw[i][0], xw[i][0], xw[i][1], xw[i][1]}, q[4] = {xw[i][2], xw[i][2], xw[i][3], xw[i][3]};
+                const tf_u32 ap[4] = {xa[i][0], xa[i][0], xa[i][1], xa[i][1]}, aq[4] = {xa[i][2], xa[i][2], xa[i][3], xa[i][3]};
+                *reinterpret_cast<tf_u32*>(data + (row0 + r0 + i) * (K / 2) + col0 / 2 + 4 * v) =
+                    e2m1x8_kept<IN>(p, q, ap, aq, 0b1010, m, ctx.thr + 2 * rsel[i]);
+            } else if (PACK == 2) {
                 *reinterpret_cast<tf_u32*>(data + (row0 + r0 + i) * (K / 2) + col0 / 2 + 4 * v) = e2m1x8(f[i], m);
             } else {
                 uint2 out;
@@ -381,8 +552,16 @@ __device__ __forceinline__ void quantize_tile(const tf_u8* __restrict__ x, tf_u8
         const int chunk = (r0 >> 3) ^ v;
 #pragma unroll
         for (int k = 0; k < 8; ++k) {
-            const float m = cmult[k];
-            if (PACK == 2) {
+            const float m = R == NVFP4 ? ctx.recip[csel[k]] : __uint_as_float(csel[k]);
+            if constexpr (COUNTED) {
+                // Column k's rows j and j + 4 are half k & 1 of word k / 2 of those rows.
+                const tf_u32 p[4] = {xw[0][k / 2], xw[1][k / 2], xw[2][k / 2], xw[3][k / 2]};
+                const tf_u32 q[4] = {xw[4][k / 2], xw[5][k / 2], xw[6][k / 2], xw[7][k / 2]};
+                const tf_u32 ap[4] = {xa[0][k / 2], xa[1][k / 2], xa[2][k / 2], xa[3][k / 2]};
+                const tf_u32 aq[4] = {xa[4][k / 2], xa[5][k / 2], xa[6][k / 2], xa[7][k / 2]};
+                *reinterpret_cast<tf_u32*>(stage + (8 * v + k) * TROW + 4 * chunk) =
+                    e2m1x8_kept<IN>(p, q, ap, aq, k & 1 ? 0b1111 : 0, m, ctx.thr + 2 * csel[k]);
+            } else if (PACK == 2) {
                 Vec8 column;
 #pragma unroll
                 for (int i = 0; i < 8; ++i) column.v[i] = f[i].v[k];
@@ -433,6 +612,7 @@ __device__ __forceinline__ void quantize_block(const tf_u8* __restrict__ x, tf_u
     __shared__ __align__(16) tf_u8 rowscale_b[ROW && RC::BYTE_SCALES ? TILE * GROUPS : 16];
     __shared__ __align__(16) tf_u8 colscale[COL && RC::BYTE_SCALES ? TILE * GROUPS : 16];
     __shared__ float recip[R == NVFP4 ? 128 : 1];
+    __shared__ uint4 thr[R == NVFP4 && IN != 2 ? 256 : 1];
     const int t = threadIdx.x;
     const tf_i64 tiles_k = K / TILE, mb = blockIdx.x / tiles_k, kb = blockIdx.x - mb * tiles_k;
 
@@ -440,11 +620,22 @@ __device__ __forceinline__ void quantize_block(const tf_u8* __restrict__ x, tf_u
     ctx.ue8m0 = ue8m0;
     ctx.global = gsp != nullptr;
     ctx.gs = ctx.global ? *gsp : 1.0f;
+    ctx.rgs = R == NVFP4 ? __fdiv_rn(1.0f, ctx.gs) : 1.0f;
+    ctx.gs_normal = ctx.gs >= 1.17549435e-38f && ctx.gs <= 3.402823466e38f && ctx.rgs >= 1.17549435e-38f &&
+                    ctx.rgs <= 3.402823466e38f;
     ctx.recip = recip;
+    ctx.thr = thr;
     if (R == NVFP4) {
         if (t < 128) {  // 1 / s (or (1 / gs) / s) for every e4m3 scale byte s: two IEEE quotients
             const float s = __uint_as_float((tf_u32)((t >> 3) + 120) << 23 | (tf_u32)(t & 7) << 20);
-            recip[t] = __fdiv_rn(ctx.global ? __fdiv_rn(1.0f, ctx.gs) : 1.0f, s);
+            const float r = t == 0x7F ? __uint_as_float(NAN_SCALE) : __fdiv_rn(ctx.global ? ctx.rgs : 1.0f, s);
+            recip[t] = r;
+            if constexpr (IN != 2) {
+                tf_u32 w[8];
+                e2m1_thresholds<IN>(r, w);
+                thr[2 * t] = make_uint4(w[0], w[1], w[2], w[3]);
+                thr[2 * t + 1] = make_uint4(w[4], w[5], w[6], w[7]);
+            }
         }
         __syncthreads();
     }
