@@ -1504,9 +1504,10 @@ def counted_model(p, q, halves, thr, half):
 
 @pytest.mark.parametrize("half", ["bf16", "fp16"])
 def test_cuda_e2m1_counted_model(half):
-    """The pairs a thread's row and column words make (prmt), the search over the thresholds and the sign bits: the nibbles of
-    a row (values 0..7 of its 4 words) and of a column (half k & 1 of one word of rows 0..7) are the
-    reference's codes, for random values of every sign and magnitude and a random multiplier each."""
+    """The pairs a thread's row and column words make (prmt), the search over the thresholds and the sign
+    bits: the nibbles of a row (values 0..7 of its 4 words) and of a column (half k & 1 of one word of rows
+    0..7) are the reference's codes, for random values of every sign and magnitude and a random multiplier
+    each."""
     assert_kernel_says('const tf_u32 mag = prmt(ap[j], aq[j], high ? 0x7632u : 0x5410u);',
                        'const tf_u32 sgn = prmt(p[j], q[j], high ? 0x0F0Bu : 0x0D09u);',
                        'const tf_u32 m4 = ge2<IN>(mag, lo.w);',
@@ -1517,7 +1518,8 @@ def test_cuda_e2m1_counted_model(half):
                        'xa[i][q] = words[q] & 0x7FFF7FFFu;',
                        'e2m1x8_kept<IN>(p, q, ap, aq, 0b1010, m, ctx.thr + 2 * rsel[i]);',
                        'e2m1x8_kept<IN>(p, q, ap, aq, k & 1 ? 0b1111 : 0, m, ctx.thr + 2 * csel[k]);',
-                       'const tf_u32 p[4] = {xw[i][0], xw[i][0], xw[i][1], xw[i][1]}, q[4] = {xw[i][2], xw[i][2], xw[i][3], xw[i][3]};',
+                       'const tf_u32 p[4] = {xw[i][0], xw[i][0], xw[i][1], xw[i][1]};',
+                       'const tf_u32 q[4] = {xw[i][2], xw[i][2], xw[i][3], xw[i][3]};',
                        'const tf_u32 p[4] = {xw[0][k / 2], xw[1][k / 2], xw[2][k / 2], xw[3][k / 2]};',
                        'const tf_u32 q[4] = {xw[4][k / 2], xw[5][k / 2], xw[6][k / 2], xw[7][k / 2]};')  # fmt: skip
     rng = np.random.default_rng(12)

@@ -529,8 +529,10 @@ __device__ __forceinline__ void quantize_tile(const tf_u8* __restrict__ x, tf_u8
             const float m = R == NVFP4 ? ctx.recip[rsel[i]] : __uint_as_float(rsel[i]);
             if constexpr (COUNTED) {
                 // Row i's values j and j + 4 are half j & 1 of its words j / 2 and j / 2 + 2.
-                const tf_u32 p[4] = {xw[i][0], xw[i][0], xw[i][1], xw[i][1]}, q[4] = {xw[i][2], xw[i][2], xw[i][3], xw[i][3]};
-                const tf_u32 ap[4] = {xa[i][0], xa[i][0], xa[i][1], xa[i][1]}, aq[4] = {xa[i][2], xa[i][2], xa[i][3], xa[i][3]};
+                const tf_u32 p[4] = {xw[i][0], xw[i][0], xw[i][1], xw[i][1]};
+                const tf_u32 q[4] = {xw[i][2], xw[i][2], xw[i][3], xw[i][3]};
+                const tf_u32 ap[4] = {xa[i][0], xa[i][0], xa[i][1], xa[i][1]};
+                const tf_u32 aq[4] = {xa[i][2], xa[i][2], xa[i][3], xa[i][3]};
                 *reinterpret_cast<tf_u32*>(data + (row0 + r0 + i) * (K / 2) + col0 / 2 + 4 * v) =
                     e2m1x8_kept<IN>(p, q, ap, aq, 0b1010, m, ctx.thr + 2 * rsel[i]);
             } else if (PACK == 2) {
