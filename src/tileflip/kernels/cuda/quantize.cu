@@ -41,7 +41,18 @@ template <int R> struct Recipe {
     static constexpr bool BYTE_SCALES = R >= MX_FLOOR;
 };
 
+// nvfp4 of bf16 or fp16 x (IN 0, 1) keeps x in its own type and converts by thresholds (e2m1x8_counted).
+template <int R, int IN> constexpr bool counted = R == NVFP4 && IN != 2;
+
 struct Vec8 { float v[8]; };
+
+// The fp32 value of the bf16 (IN 0) or fp16 (IN 1) bits in h's low half.
+template <int IN> __device__ __forceinline__ float half_value(tf_u32 h) {
+    if (IN == 0) return __uint_as_float(h << 16);
+    float f;
+    asm("{ .reg .b16 t; cvt.u16.u32 t, %1; cvt.f32.f16 %0, t; }" : "=f"(f) : "r"(h));
+    return f;
+}
 
 // 8 consecutive elements of x from p (16-byte aligned), as fp32. IN: 0 bf16, 1 fp16, 2 fp32.
 template <int IN>
@@ -58,17 +69,8 @@ __device__ __forceinline__ Vec8 load8(const tf_u8* p) {
         const tf_u32 w[4] = {a.x, a.y, a.z, a.w};
 #pragma unroll
         for (int k = 0; k < 4; ++k) {
-            if (IN == 0) {
-                r.v[2 * k] = __uint_as_float(w[k] << 16);
-                r.v[2 * k + 1] = __uint_as_float(w[k] & 0xFFFF0000u);
-            } else {
-                const tf_u16 lo = (tf_u16)(w[k] & 0xFFFFu), hi = (tf_u16)(w[k] >> 16);
-                float f0, f1;
-                asm("cvt.f32.f16 %0, %1;" : "=f"(f0) : "h"(lo));
-                asm("cvt.f32.f16 %0, %1;" : "=f"(f1) : "h"(hi));
-                r.v[2 * k] = f0;
-                r.v[2 * k + 1] = f1;
-            }
+            r.v[2 * k] = half_value<IN>(w[k]);
+            r.v[2 * k + 1] = half_value<IN>(w[k] >> 16);
         }
     }
     return r;
@@ -125,12 +127,6 @@ __device__ __forceinline__ tf_u32 e2m1x8(const Vec8& v, float m) {
 // below |x|: T_k, k = 1..7, is the least |x| of the input's type whose product rounds to code k or above (the
 // product reaches the grid's midpoint below code k; at the midpoint itself where k is even). Comparing x's own
 // values is exact and takes two values an instruction (set.ge on x2 pairs).
-template <int IN> __device__ __forceinline__ float half_value(tf_u32 h) {
-    if (IN == 0) return __uint_as_float(h << 16);
-    float f;
-    asm("{ .reg .b16 t; cvt.u16.u32 t, %1; cvt.f32.f16 %0, t; }" : "=f"(f) : "r"(h));
-    return f;
-}
 
 // The largest value of the input's type at or below q >= 0 (its bits).
 template <int IN> __device__ __forceinline__ tf_u32 half_below(float q) {
@@ -378,7 +374,7 @@ __device__ __forceinline__ void quantize_tile(const tf_u8* __restrict__ x, tf_u8
 
     // nvfp4 of 2-byte x keeps x's words (w) and their magnitudes (a) and counts thresholds (e2m1x8_counted);
     // every other case converts x to fp32 (f). Maxima are of |x|'s bits, in x's own type where kept.
-    constexpr bool COUNTED = R == NVFP4 && IN != 2;
+    constexpr bool COUNTED = counted<R, IN>;
     Vec8 f[COUNTED ? 1 : 8];
     tf_u32 xw[COUNTED ? 8 : 1][4], xa[COUNTED ? 8 : 1][4];
     tf_u32 rmax[8], cmax[8];
@@ -614,7 +610,7 @@ __device__ __forceinline__ void quantize_block(const tf_u8* __restrict__ x, tf_u
     __shared__ __align__(16) tf_u8 rowscale_b[ROW && RC::BYTE_SCALES ? TILE * GROUPS : 16];
     __shared__ __align__(16) tf_u8 colscale[COL && RC::BYTE_SCALES ? TILE * GROUPS : 16];
     __shared__ float recip[R == NVFP4 ? 128 : 1];
-    __shared__ uint4 thr[R == NVFP4 && IN != 2 ? 256 : 1];
+    __shared__ uint4 thr[counted<R, IN> ? 256 : 1];
     const int t = threadIdx.x;
     const tf_i64 tiles_k = K / TILE, mb = blockIdx.x / tiles_k, kb = blockIdx.x - mb * tiles_k;
 
@@ -632,7 +628,7 @@ __device__ __forceinline__ void quantize_block(const tf_u8* __restrict__ x, tf_u
             const float s = __uint_as_float((tf_u32)((t >> 3) + 120) << 23 | (tf_u32)(t & 7) << 20);
             const float r = t == 0x7F ? __uint_as_float(NAN_SCALE) : __fdiv_rn(ctx.global ? ctx.rgs : 1.0f, s);
             recip[t] = r;
-            if constexpr (IN != 2) {
+            if constexpr (counted<R, IN>) {
                 tf_u32 w[8];
                 e2m1_thresholds<IN>(r, w);
                 thr[2 * t] = make_uint4(w[0], w[1], w[2], w[3]);
