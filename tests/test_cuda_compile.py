@@ -22,6 +22,7 @@ from tileflip.kernels.cuda import nvrtc  # noqa: E402 (after the importorskip)
 from tileflip.kernels.cuda import permute as cuda_permute  # noqa: E402
 from tileflip.kernels.cuda import quantize as cuda_quantize  # noqa: E402
 from tileflip.kernels.cuda import transpose as cuda_transpose  # noqa: E402
+from tileflip.kernels.cuda import staged as cuda_staged  # noqa: E402
 from tileflip.kernels.cuda import words as cuda_words  # noqa: E402
 
 ARCH = 90
@@ -353,3 +354,40 @@ def test_modules_import_without_cuda_python():
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(SRC), os.environ.get("PYTHONPATH")])))
     result = subprocess.run([sys.executable, "-c", code], env=env, check=False, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
+
+
+@pytest.fixture(scope="module")
+def staged_cubin():
+    cubins = cuda_staged.compile_cubin(ARCH, use_cache=False)
+    assert list(cubins) == ["permute_staged.cu"]
+    return cubins["permute_staged.cu"]
+
+
+def test_nvrtc_compiles_the_staged_permute(staged_cubin):
+    from tileflip.plan import staged
+
+    assert cubin_arch(staged_cubin) == ARCH
+    names = cuda_staged.kernel_names()
+    assert global_functions(staged_cubin) == set(names) and len(names) == 2 * (3 * 9 + 4)
+    for name in names:  # STAGES buffers of a box with its padding, the boxes' places, and the system's 1 KiB
+        used = static_shared_bytes(staged_cubin, name) - staged.STAGES * staged.BUF_BYTES
+        assert 0 <= used <= 1024 + 32 * (staged.STAGES + 1), (name, used)
+
+
+def test_staged_instruction_counts_match_the_table(staged_cubin):
+    """The committed counts (``python -m tileflip.bench.sass --write``) are those of the kernels as they are
+    compiled now."""
+    import json
+
+    from tileflip.bench import sass
+
+    table = json.loads(sass.TABLE_FILE.read_text())
+    assert table["arch"] == f"sm_{ARCH}"
+    counts = {name: sass.loop_counts(sass.sass(staged_cubin, name)) for name in cuda_staged.kernel_names()}
+    assert counts == table["kernels"]
+    from tileflip.plan import staged
+
+    for name, c in counts.items():  # every store slot is a block of its own: BOX_BYTES / THREADS / VO of them
+        vo = int(re.search(r"_o(\d+)", name).group(1))
+        assert len(c["slots"]) == staged.BOX_BYTES // (staged.THREADS * vo), name
+        assert c["loop"] > sum(c["slots"]) and c["next_box_dim"] > 0, name

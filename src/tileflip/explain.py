@@ -126,7 +126,41 @@ def permute_text(shape, perm, *, dtype="float32") -> str:
         lines.append(f"moved as {width}-byte elements (the kept run, every stride and the pointers allow it): "
                      f"sizes {p.sizes}, input strides {p.in_strides}, kind {p.kind}")  # fmt: skip
     lines += _strategy_or(p, size, _permute_launch(p, size))
+    lines += _staged_lines(p, size)
     return "\n".join(lines)
+
+
+def _staged_lines(p, size) -> list[str]:
+    """The staged permute's box (backend cuda-staged) and its cost model's terms, or why it cannot take it."""
+    if p.kind not in ("rows", "tiles", "transpose2d"):
+        return []
+    from tileflip.plan import cost, device, staged
+
+    go = staged.staged_launch(p.sizes, p.in_strides, size)
+    head = "CUDA staged permute (backend cuda-staged; kernels/cuda/permute_staged.cu):"
+    if go is None:
+        return [head, f"  cannot take it: {staged.staged_refusal(p.sizes, p.in_strides, size)}"]
+    ext = " x ".join(f"dim {d} ({go.extents[d]})" for d in range(len(go.extents)) if go.extents[d] > 1) or "one element"
+    cut = ", ".join(f"dim {d} cut to {go.extents[d]} of {p.sizes[d]}" for d in sorted({go.cut_in, go.cut_out} - {-1}))
+    dev, card = device.constants()
+    m = cost.predict(p.sizes, go, dev)
+
+    def seg(dims):
+        return " x ".join(f"dim {d} ({go.extents[d]})" for d in dims)
+
+    terms = ", ".join(f"{k} {v * 1e6:.1f} us" for k, v in m["terms"].items())
+    return [
+        head,
+        f"  box: {ext} = {go.box_elements * size} B{'; ' + cut if cut else ''}; {go.tiles} boxes",
+        f"  segments: input {seg(go.seg_in)} = {go.len_in() * size} B, output {seg(go.seg_out)} = "
+        f"{go.len_out() * size} B; vectors: loads {go.vi} B, stores {go.vo} B"
+        f"{' (gathered whole)' if go.vector_gather else ''}",
+        f"  buffer: rows of {go.pitch} elements, row r turned by (r >> {go.shift}) x {go.rot}; {go.lanes_seg} lanes "
+        "on each output segment",
+        f"  model ({card}): {terms}; bound by {m['bound']}; {m['instructions_per_byte']:.2f} lane instructions and "
+        f"{m['wavefronts_per_box'] / (go.box_elements * size):.3f} wavefronts a byte; predicted "
+        f"{m['fraction_of_copy']:.0%} of copy",
+    ]
 
 
 def _permute_launch(p, size) -> list[str]:

@@ -7,28 +7,11 @@ docs/design.md (The access analyzer) derives each term and gives its measured ac
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 from tileflip.analyze.variants import Variant
 from tileflip.plan import cdiv
+from tileflip.plan.device import DATA, DEFAULT_CARD, load_device  # noqa: F401 (the analyzer's API)
 
-DEVICE_FILE = Path(__file__).resolve().parents[1] / "data" / "h200.json"
-
-
-def load_device(device=None) -> dict:
-    """Device constants: the committed H200 file by default, or a path, or a dict used as is."""
-    if isinstance(device, dict):
-        return device
-    path = Path(device) if device is not None else DEVICE_FILE
-    with open(path, encoding="utf-8") as f:
-        try:
-            constants = json.load(f)
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise ValueError(f"device file {str(path)!r} is not JSON ({e})") from None
-    if not isinstance(constants, dict):
-        raise ValueError(f"device file {str(path)!r} must hold a JSON object of device constants")
-    return constants
+DEVICE_FILE = DATA / f"{DEFAULT_CARD}.json"
 
 
 def device_notes(dev: dict) -> list[str]:

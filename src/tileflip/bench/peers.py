@@ -15,7 +15,7 @@ XLA_CHILD = "tileflip.bench.xla_child"
 
 
 # the permute backends a permute suite can time
-PERMUTE_STRATEGIES = ("auto", "triton", "cuda-realign", "cuda-thin", "cuda-split", "cuda-shift")
+PERMUTE_STRATEGIES = ("auto", "triton", "cuda-staged", "cuda-realign", "cuda-thin", "cuda-split", "cuda-shift")
 
 
 def plan_of(x, perm):
@@ -34,10 +34,10 @@ def op_functions(case: Case, x, out, backends):
 
     fns, notes = [], {}
     if case.perm is not None:
-        moved_x, _, moved_plan = moved_as(x, out, plan_of(x, case.perm))  # as the call will see them
+        moved_x, moved_out, moved_plan = moved_as(x, out, plan_of(x, case.perm))  # as the call will see them
         for b in backends:
             if b in PERMUTE_STRATEGIES:  # auto and the strategies it chooses among
-                refusal = b in CUDA_PERMUTE_BACKENDS and permute_refusal(b, moved_x, moved_plan)
+                refusal = b in CUDA_PERMUTE_BACKENDS and permute_refusal(b, moved_x, moved_plan, moved_out)
                 if refusal:
                     notes[b] = f"not for this case: {refusal}"
                     continue

@@ -24,13 +24,14 @@ from tileflip import tuning
 from tileflip.kernels.dtypes import as_width
 from tileflip.plan import regrouped as plan_regrouped
 from tileflip.plan.launch import SECTOR_BYTES, shift_refusal, split_refusal, thin_refusal
+from tileflip.plan.staged import staged_launch, staged_refusal
 
 BACKENDS = ("auto", "triton", "triton-gather", "cuda-naive", "cuda-tiled", "cuda-tiled-nopad", "cuda-vec", "torch")
 TRITON_BACKENDS = ("triton", "triton-gather")
 CUDA_BACKENDS = {"cuda-naive": "naive", "cuda-tiled": "tiled", "cuda-tiled-nopad": "tiled_nopad", "cuda-vec": "vec"}
-PERMUTE_BACKENDS = ("auto", "triton", "cuda-realign", "cuda-thin", "cuda-split", "cuda-shift", "torch")
+PERMUTE_BACKENDS = ("auto", "triton", "cuda-staged", "cuda-realign", "cuda-thin", "cuda-split", "cuda-shift", "torch")
 # the CUDA C++ permute kernels, refused where they cannot run
-CUDA_PERMUTE_BACKENDS = ("cuda-realign", "cuda-thin", "cuda-split", "cuda-shift")
+CUDA_PERMUTE_BACKENDS = ("cuda-staged", "cuda-realign", "cuda-thin", "cuda-split", "cuda-shift")
 
 _modules: dict = {}
 
@@ -159,14 +160,20 @@ def launch(x: torch.Tensor, out: torch.Tensor, backend: str) -> None:
     LAUNCHERS[backend](x, out)
 
 
-def permute_refusal(backend: str, x, p) -> str | None:
+def permute_refusal(backend: str, x, p, out=None) -> str | None:
     """Why the CUDA C++ permute kernel of ``backend`` (``CUDA_PERMUTE_BACKENDS``) cannot take a call
-    (None: it can)."""
+    (None: it can); ``out`` None: a new tensor's (16-byte aligned)."""
     if not x.is_cuda:
         return f"it needs a CUDA tensor, but x is on {x.device}"
     es = x.element_size()
     if backend == "cuda-shift":
         return NVRTC_MISSING if not nvrtc_available() else shift_refusal(p.sizes, p.in_strides, es)
+    if backend == "cuda-staged":
+        if not nvrtc_available():
+            return NVRTC_MISSING
+        if p.kind not in ("rows", "tiles", "transpose2d"):
+            return f"it moves boxes of an N-D permute, not a plan of kind {p.kind!r}"
+        return staged_refusal(p.sizes, p.in_strides, es, *_alignments(x, out))
     if es not in tuning.REALIGN_SIZES:
         return f"it moves 1- and 2-byte elements, got {es}-byte ones"
     if not nvrtc_available():
@@ -180,6 +187,13 @@ def permute_refusal(backend: str, x, p) -> str | None:
         return ("it transposes: the output's fastest dimension must not be the input's, one input dimension must "
                 "have stride 1, and the indices must fit 32 bits")  # fmt: skip
     return None
+
+
+def _alignments(x, out) -> tuple[int, int]:
+    """The largest powers of two, at most 16, that divide x's and out's addresses (bytes)."""
+    a = x.data_ptr() | 16
+    b = (out.data_ptr() if out is not None else 0) | 16
+    return a & -a, b & -b
 
 
 def pointer_alignment(x, out) -> int:
@@ -211,7 +225,9 @@ def launch_permute(x, out, p, backend: str = "triton") -> None:
     the 2-D transpose kernel or the Triton permute kernels."""
     es = x.element_size()
     alignment = pointer_alignment(x, out) if p.kind == "rows" else 16
-    if backend == "cuda-realign":
+    if backend == "cuda-staged":
+        strategy, go = "staged", _staged_launch(p.sizes, p.in_strides, es, *_alignments(x, out))
+    elif backend == "cuda-realign":
         strategy, go = "realign", _realign_candidate(p, es)
     elif backend == "cuda-thin":
         strategy, go = "thin", _thin_candidate(p, es)
@@ -224,6 +240,9 @@ def launch_permute(x, out, p, backend: str = "triton") -> None:
     else:
         strategy, go = "tile", None
     if go is not None and nvrtc_available():
+        if strategy == "staged":
+            kernels("cuda.staged").launch(x, out, p, go)
+            return
         if strategy in ("thin", "split", "shift"):
             getattr(kernels("cuda.words"), f"launch_{strategy}")(x, out, p, go)
             return
@@ -248,5 +267,6 @@ _realign_candidate = lru_cache(maxsize=256)(tuning.realign_candidate)
 _thin_candidate = lru_cache(maxsize=256)(tuning.thin_candidate)
 _split_candidate = lru_cache(maxsize=256)(tuning.split_candidate)
 _shift_candidate = lru_cache(maxsize=256)(tuning.shift_candidate)
+_staged_launch = lru_cache(maxsize=256)(staged_launch)
 _element_width = lru_cache(maxsize=256)(tuning.element_width)
 _regrouped = lru_cache(maxsize=256)(plan_regrouped)

@@ -82,7 +82,7 @@ def _permute(x, dims, out, backend):
     p = _plan_permute(tuple(x.shape), tuple(x.stride()), dims, x.element_size())
     xm, om, p = moved_as(x, out, p)  # a rows plan in the element size it is moved in
     if chosen in CUDA_PERMUTE_BACKENDS:
-        reason = permute_refusal(chosen, xm, p)
+        reason = permute_refusal(chosen, xm, p, om)
         if reason is not None:  # refused before anything is written
             regrouped = xm.element_size() != x.element_size() and x.is_cuda and reason != NVRTC_MISSING
             moved = (f"; this permute is moved as {xm.element_size()}-byte elements, which its kept run, "
