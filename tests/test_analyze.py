@@ -15,6 +15,7 @@ from helpers import without_interpreter
 
 from tileflip.analyze.access import SECTOR, bank_conflicts
 from tileflip.analyze.model import analyze, itemsize_of, warp_access
+from tileflip.analyze.report import program_order
 from tileflip.analyze.timemodel import load_device
 from tileflip.analyze.traffic import footprint_bytes
 from tileflip.analyze.triton_layout import TRITON_SM90_LAYOUTS, triton_blocked_layout
@@ -547,8 +548,9 @@ def test_triton_report_models_the_tile_auto_runs(capsys):
     assert payload["predicted_fraction_of_copy"] == pytest.approx(same.predicted_fraction_of_copy)
     head, statement = _cli_text(argv, capsys).splitlines()[:2]
     assert "tile 32x32" in head
-    assert statement.startswith(f"tile: 32x32, {config.num_warps} warps, group_m {config.group_m}: the tile backend "
-                                "auto runs for this shape and dtype")
+    assert statement.startswith(f"tile: 32x32, {config.num_warps} warps, group_m {config.group_m} (program order: "
+                                f"{program_order(config.group_m)}): the tile backend auto runs for this shape and "
+                                "dtype")
     assert "--block" in statement
 
 
@@ -561,11 +563,42 @@ def test_block_overrides_auto_and_the_output_says_so(capsys):
     assert choice["auto_triton_tile"]["block"] == [32, 32] and choice["modelled_tile"]["group_m"] == 1
     text = _cli_text(argv, capsys)
     assert "tile 64x64" in text.splitlines()[0]
-    assert "tile: 64x64, 8 warps, group_m 1: from --block, not the tile backend auto runs" in text
-    assert "(32x32, 8 warps, group_m -1" in text
+    assert ("tile: 64x64, 8 warps, group_m 1 (program order: row by row of tiles): from --block, not the tile "
+            "backend auto runs for this shape and dtype, which is 32x32, 8 warps, group_m -1 (program order: "
+            "column by column of tiles, on a 2-D grid): tileflip.tuning's choice") in text
     # Options that name auto's own tile are said to be it.
     text = _cli_text([*argv[:-1], "32x32", "--num-warps", "8", "--group-m", "-1"], capsys)
     assert "from --block, --num-warps, --group-m, the same as the tile backend auto runs" in text
+
+
+@pytest.mark.parametrize("group_m,first_tiles,words", [
+    (1, [(0, 0), (0, 1), (0, 2)], "row by row of tiles"),
+    (0, [(0, 0), (1, 0), (2, 0)], "column by column of tiles"),
+    (-1, [(0, 0), (1, 0), (2, 0)], "column by column of tiles, on a 2-D grid"),
+    (2, [(0, 0), (1, 0), (0, 1)], "bands of 2 tile rows, column by column"),
+])
+def test_the_program_order_is_said_in_words(group_m, first_tiles, words, capsys):
+    """The words for each group_m match the planner's decoding of the first programs, and the command
+    prints them beside the number."""
+    grid = transpose_grid(256, 256, 32, 32, group_m)
+    assert [grid.tile_of(pid) for pid in range(3)] == first_tiles
+    assert program_order(group_m) == words
+    text = _cli_text(["--kernel", "triton", "--shape", "256x256", "--block", "32x32", "--group-m", str(group_m)],
+                     capsys)
+    assert f"group_m {group_m} (program order: {words}): from --block, --group-m" in text.splitlines()[1]
+    payload = _cli_json(["--kernel", "triton", "--shape", "256x256", "--block", "32x32", "--group-m", str(group_m)],
+                        capsys)
+    assert payload["tile_choice"]["modelled_tile"]["program_order"] == words
+
+
+def test_column_order_past_grid_y_is_said_to_run_on_a_1d_grid(capsys):
+    """group_m -1 where grid_n passes gridDim.y's limit: the launch is 1-D, and the words say so."""
+    grid = transpose_grid(4, 32 * 65536, 32, 32, -1)
+    assert grid.grid_n > 65535 and grid.launch == (grid.programs, 1, 1)
+    text = _cli_text(["--kernel", "triton", "--shape", f"4x{32 * 65536}", "--block", "32x32", "--group-m", "-1",
+                      "--sample", "8"], capsys)
+    assert ("group_m -1 (program order: column by column of tiles, on a 1-D grid since grid_n passes gridDim.y's "
+            "limit)") in text
 
 
 @pytest.mark.parametrize("shape,dtype,itemsize,runs", [

@@ -1,7 +1,8 @@
 """`tileflip check`: wrong kernels rejected with the right hint, right ones passed, the checker itself sound.
 
 The known-wrong kernels live in ``tests/wrong/`` (Triton tiles in ``triton_wrong.py``, one thread per
-element in ``per_element.py``, plain torch targets for the checker's own paths in ``misc.py``); fresh
+element in ``per_element.py``, plain torch stand-ins for a transpose in ``torch_wrong.py``, plain torch
+targets for the checker's own paths in ``misc.py``); fresh
 wrong kernels, with other tile sizes, names and grids, are written from templates into a temporary
 folder at test time. tileflip's own backends are checked through ``tileflip.check.targets``.
 
@@ -14,8 +15,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -24,7 +27,7 @@ import pytest
 import torch
 
 from tileflip.check import cases, diagnose, runner
-from tileflip.check.report import Report
+from tileflip.check.report import Report, RunInfo
 from tileflip.check.targets import BY_BACKEND
 from tileflip.cli.check import main as check_main
 from tileflip.plan import owner_of
@@ -47,6 +50,19 @@ SHIPPED_WRONG = {
     "per_element.py:smem_reused_mask": "reused-input-mask",
     "per_element.py:naive_no_store_mask": "missing-mask",
     "per_element.py:naive_square_only": "square-only-tiling",
+}
+# Mistakes that keep x's elements but put them in the wrong order or the wrong block: each must be named, and
+# nothing else, in every failing case (the pitfalls that lose elements must not claim them). A reshape and
+# an identity copy write the same output, so they share their name.
+SHIPPED_MISPLACED = {
+    "torch_wrong.py:reshape": "reshape",
+    "torch_wrong.py:identity_copy": "reshape",
+    "per_element.py:naive_copy": "reshape",
+    "per_element.py:flat_copy": "buffer-copy",
+    "torch_wrong.py:corner_block": "sub-block",
+    "triton_wrong.py:single_tile": "sub-block",
+    "torch_wrong.py:tiles_in_place": "tiles-in-place",
+    "triton_wrong.py:tiles_in_place": "tiles-in-place",
 }
 SHIPPED_RIGHT = [
     "triton_wrong.py:right",
@@ -88,7 +104,7 @@ def failing_summary(report: Report) -> str:
 def default_reports(tmp_path_factory):
     """The default suite against the shipped kernels and the fresh ones (below) in one ``run_checks``: one
     set of children for both. Keyed by shipped name and by fresh (family, expected)."""
-    names = [*SHIPPED_WRONG, *SHIPPED_RIGHT]
+    names = [*SHIPPED_WRONG, *SHIPPED_MISPLACED, *SHIPPED_RIGHT]
     folder = tmp_path_factory.mktemp("fresh_kernels")
     fresh = {case: write_fresh(folder, *case) for case in FRESH_CASES}
     fresh["docs-example"] = docs_example(folder)
@@ -98,7 +114,7 @@ def default_reports(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def shipped_reports(default_reports):
-    return {name: default_reports[name] for name in [*SHIPPED_WRONG, *SHIPPED_RIGHT]}
+    return {name: default_reports[name] for name in [*SHIPPED_WRONG, *SHIPPED_MISPLACED, *SHIPPED_RIGHT]}
 
 
 def docs_example(folder: Path) -> str:
@@ -126,6 +142,127 @@ def test_shipped_wrong_rejected_with_its_hint(shipped_reports, name):
     # The right hint explains most failures, not a stray few.
     failing = sum(not o.passed for o in report.outcomes)
     assert report.hints()[0]["cases"] >= 0.75 * failing, failing_summary(report)
+
+
+@pytest.mark.parametrize("name", SHIPPED_MISPLACED)
+def test_misplaced_elements_are_named_exactly(shipped_reports, name):
+    report = shipped_reports[name]
+    expected = SHIPPED_MISPLACED[name]
+    assert report.verdict == "FAIL"
+    assert [(h["key"], h["cases"]) for h in report.hints()] == [(expected, len(report.failing))], report.text()
+    chosen = report.case_hints()
+    assert {chosen[o.case.id].key for o in report.failing} == {expected}, failing_summary(report)
+    if expected in ("reshape", "buffer-copy"):
+        # Nothing is lost, so no pitfall that loses elements may fit any case, even as a second guess.
+        losing = {"nothing-written", "swapped-bounds", "square-only-tiling", "reused-input-mask", "sub-block"}
+        for o in report.failing:
+            assert o.counts["never_written"] == 0 and not losing & {h.key for h in o.hypotheses}, o.case.label
+
+
+def test_misplaced_elements_carry_what_they_show(shipped_reports):
+    """The parameter each hint names is the kernel's own: its tile, the block it covers."""
+
+    def chosen(name, label):
+        report = shipped_reports[name]
+        outcome = next(o for o in report.outcomes if o.case.label == label)
+        return report.case_hints()[outcome.case.id]
+
+    assert chosen("torch_wrong.py:tiles_in_place", "64x64 float32 contiguous").param == 16
+    assert chosen("triton_wrong.py:tiles_in_place", "128x96 float32 contiguous").param == 64
+    report = shipped_reports["torch_wrong.py:corner_block"]
+    outcome = next(o for o in report.outcomes if o.case.label == "128x96 float32 contiguous")
+    corner = report.case_hints()[outcome.case.id]
+    assert "only the block x[0:32, 0:32] (out[0:32, 0:32]) was transposed" in corner.text
+    assert f"the other {outcome.counts['never_written']} elements were never written" in corner.text
+    assert corner.detail == "only x[0:32, 0:32] written"
+    single = chosen("triton_wrong.py:single_tile", "31x65 float32 contiguous")
+    assert single.detail == "only x[0:31, 0:64] written"
+    # On a contiguous x a buffer copy and a reshape write the same; x's views tell them apart.
+    flat = shipped_reports["per_element.py:flat_copy"]
+    padded = next(o for o in flat.outcomes if o.case.layout == "padded-rows")
+    assert [h.key for h in padded.hypotheses] == ["buffer-copy"]
+    assert next(o for o in flat.outcomes if o.case.layout == "transposed").passed
+
+
+def test_hints_agree_with_the_counts(shipped_reports):
+    """No hint says elements were never written in a case whose counts show none never written."""
+    for name, report in shipped_reports.items():
+        chosen = report.case_hints()
+        for o in report.failing:
+            if o.kind == "mismatch" and o.counts["never_written"] == 0:
+                texts = [chosen[o.case.id].text, chosen[o.case.id].detail] + [h.text for h in o.hypotheses]
+                assert not any("never written" in t for t in texts), (name, o.case.label, texts)
+
+
+def case_blocks(text: str) -> dict[str, list[str]]:
+    """The lines under each failing case listed in a report's text, keyed by the case's header line."""
+    blocks, current = {}, None
+    for line in text.split("\nfailures (", 1)[1].splitlines()[1:]:
+        if line.startswith("    ") and current is not None:
+            blocks[current].append(line)
+        elif line.startswith("  ") and not line.startswith("  ... "):
+            current = line
+            blocks[current] = []
+        else:
+            current = None
+    return blocks
+
+
+LEFT_OUT = re.compile(
+    r"    \.\.\. (?:(\d+) more wrong elements?)?(?: and )?(?:(\d+) more writes? outside out)? not shown$"
+)
+
+
+@pytest.mark.parametrize("show", [0, 1, 2, 25])
+@pytest.mark.parametrize("name", ["per_element.py:naive_no_store_mask", "torch_wrong.py:reshape"])
+def test_show_bounds_the_cases_and_the_element_lines(shipped_reports, name, show):
+    """--show N: at most N failing cases per category and N element lines per case, the rest counted."""
+    report = shipped_reports[name]
+    text = report.text(show=show)
+    blocks = case_blocks(text)
+    failing = Counter(o.case.category for o in report.failing)
+    for category, n in failing.items():
+        assert sum(header.startswith(f"  {category} ") for header in blocks) == min(n, show)
+        note = f"  ... {n - show} more failing {category} case{'s' * (n - show != 1)} not shown"
+        assert (note in text) == (n > show), text
+    for o in report.failing:
+        header = next((h for h in blocks if h.startswith(f"  {o.case.category} {o.case.label} (")), None)
+        if header is None:
+            continue
+        lines = blocks[header]
+        elements = [line for line in lines if line.startswith(("    out[", "    write outside out"))]
+        assert len(elements) <= show
+        wrong = sum(line.startswith("    out[") for line in elements)
+        outside = len(elements) - wrong
+        notes = [LEFT_OUT.match(line) for line in lines if line.startswith("    ... ")]
+        more_wrong, more_outside = (int(notes[0][1] or 0), int(notes[0][2] or 0)) if notes else (0, 0)
+        # What is shown and what is said to be left out add up to the case's counts.
+        assert wrong + more_wrong == o.counts["wrong"], lines
+        assert outside + more_outside == o.counts["writes_before_out"] + o.counts["writes_after_out"], lines
+    assert ("more failing" in text) == any(n > show for n in failing.values())
+
+
+def test_each_hint_is_printed_once(shipped_reports):
+    """The summary prints each hint once; the cases refer to it by number, in the text and in the JSON."""
+    for name, report in shipped_reports.items():
+        text = report.text(show=100)
+        hints, chosen = report.hints(), report.case_hints()
+        assert [hint["ref"] for hint in hints] == list(range(1, len(hints) + 1))
+        for hint in hints:
+            assert text.count(hint["text"]) == 1, (name, hint["key"])
+        for o in report.failing:
+            assert text.count(chosen[o.case.id].text) <= 1, (name, o.case.label)
+        blocks = case_blocks(text) if report.failing else {}
+        assert len(blocks) == len(report.failing), name
+        data = report.to_json()
+        for case, o in zip(data["cases"], report.outcomes):
+            if case["status"] == "fail":
+                hint = data["hints"][case["hint"]["ref"] - 1]
+                assert hint["key"] == case["hint"]["key"] and case["id"] in hint["case_ids"], name
+                block = next(b for h, b in blocks.items() if h.startswith(f"  {o.case.category} {o.case.label} ("))
+                assert block[-1].startswith(f"    hint {hint['ref']} [{hint['key']}]"), (name, block)
+    reshape = shipped_reports["torch_wrong.py:reshape"].text()
+    assert reshape.count("reshape, not a transpose") == 1
 
 
 @pytest.mark.parametrize("name", SHIPPED_RIGHT)
@@ -180,9 +317,14 @@ def test_score_weighs_whole_tile_and_edge_shapes(shipped_reports):
 def test_hints_hold_when_codes_repeat():
     """1-byte codes repeat every 253 elements, so values cannot be traced back: the hints still hold."""
     names = ["triton_wrong.py:leading_dim", "triton_wrong.py:swapped_bounds", "triton_wrong.py:untransposed_tile"]
-    reports = runner.check_many([shipped(n) for n in names], dtypes=["int8"], only=["boundary", "non-square"])
-    for name in names:
-        assert top_hint(reports[shipped(name)]) == SHIPPED_WRONG[name], reports[shipped(name)].text()
+    misplaced = ["torch_wrong.py:reshape", "torch_wrong.py:corner_block", "torch_wrong.py:tiles_in_place"]
+    targets = [shipped(n) for n in names + misplaced]
+    reports = runner.check_many(targets, dtypes=["int8"], only=["boundary", "non-square"])
+    expected = SHIPPED_WRONG | SHIPPED_MISPLACED
+    for name in names + misplaced:
+        assert top_hint(reports[shipped(name)]) == expected[name], reports[shipped(name)].text()
+    for name in misplaced:
+        assert len(reports[shipped(name)].hints()) == 1, reports[shipped(name)].text()
 
 
 def test_block_maps_mismatches_to_the_planner_tiles():
@@ -434,10 +576,12 @@ def test_case_hints_name_the_input_when_the_summary_does(tmp_path):
     assert not thin.passed and thin.hypotheses[0].key == "input-strides", failing_summary(report)
     assert report.case_hints()[thin.case.id].key == "input-strides"
     text = report.text(show=10)
-    case_lines = [line for line in text.splitlines() if line.startswith("    hint: ")]
-    assert len(case_lines) == sum(not o.passed for o in report.outcomes)
-    assert all(line.startswith("    hint: input strides:") for line in case_lines), text
-    assert "output's row stride" not in text and "300x2 float32 contiguous, out[j, i] holds" in text
+    # The hint once, in the summary; each case refers to it with what it shows.
+    case_lines = [line for line in text.splitlines() if line.startswith("    hint ")]
+    assert len(case_lines) == len(report.failing)
+    assert all(line.startswith("    hint 1 [input-strides]: x read with strides (") for line in case_lines), text
+    assert "output's row stride" not in text
+    assert "    hint 1 [input-strides]: x read with strides (300, 1), not (2, 1)" in text
     for case in report.to_json()["cases"]:
         if case["status"] == "fail":
             assert case["hint"]["key"] == case["hints"][0]["key"] == "input-strides", case
@@ -448,8 +592,8 @@ def test_case_hints_agree_with_the_summary(shipped_reports):
     for name, report in shipped_reports.items():
         summary = {h["key"] for h in report.hints()}
         chosen = report.case_hints()
-        for o in report.outcomes:
-            assert o.passed or chosen[o.case.id].key in summary, (name, o.case.label)
+        for o in report.failing:
+            assert chosen[o.case.id].key in summary, (name, o.case.label)
         for case in report.to_json()["cases"]:
             if case["status"] == "fail":
                 assert case["hint"]["key"] in summary and case["hints"][0]["key"] == case["hint"]["key"], name
@@ -477,10 +621,49 @@ def test_wrapped_offsets_are_named_from_the_summary():
 
 
 @pytest.mark.skipif(HAS_GPU, reason="on a GPU the default large case runs")
-def test_the_default_large_case_needs_a_gpu():
+def test_the_default_large_case_needs_a_gpu(capsys):
+    """Without a GPU the large case cannot run: the check is INCOMPLETE, not a pass, and exits 1."""
     report = runner.check(misc("right"), only=["normal"], large=cases.LARGE_SHAPE)
-    assert report.passed
+    assert report.verdict == "INCOMPLETE" and not report.passed
     assert report.categories()["large"]["status"] == "skipped"
+    assert report.categories()["normal"]["status"] == "pass"
+    assert "verdict: INCOMPLETE (1 of 5 cases skipped; the 4 that ran passed, but" in report.text()
+    assert "  skipped: large 65537x32769 float32 contiguous: needs a GPU" in report.text()
+    assert "verdict: PASS" not in report.text()
+    assert cli([misc("right"), "--only", "normal", "--large", "--json"]) == 1
+    data = json.loads(capsys.readouterr().out)
+    assert data["verdict"] == "INCOMPLETE" and not data["passed"] and data["skipped_cases"] == 1
+
+
+def synthetic_report(kinds: list[str]) -> Report:
+    """A report over cases of the given outcomes, judged without running anything."""
+    outcomes = []
+    for k, kind in enumerate(kinds):
+        case = cases.Case(k, "large" if kind == "skipped" else "normal", 64, 64 + k, "float32")
+        hypotheses = [diagnose.Hypothesis("exception", "boom", 1.0, "boom")] if kind == "exception" else []
+        outcomes.append(diagnose.Outcome(case, kind, "needs a GPU" if kind == "skipped" else "", hypotheses=hypotheses))
+    return Report("t.py:f", RunInfo("out", "cpu"), [o.case for o in outcomes], outcomes, ["float32"], None, 0.0)
+
+
+@pytest.mark.parametrize(
+    "kinds,verdict,line",
+    [
+        (["ok", "ok"], "PASS", "verdict: PASS (0 of 2 cases failed)"),
+        (["ok", "skipped"], "INCOMPLETE", "verdict: INCOMPLETE (1 of 2 cases skipped; the 1 that ran passed, but a "),
+        (["skipped"], "INCOMPLETE", "verdict: INCOMPLETE (1 of 1 case skipped; none ran)"),
+        (["ok", "exception"], "FAIL", "verdict: FAIL (1 of 2 cases failed)"),
+        (["exception", "skipped"], "FAIL", "verdict: FAIL (1 of 2 cases failed, 1 skipped)"),
+    ],
+)
+def test_the_verdict_is_a_pass_only_when_every_case_ran(kinds, verdict, line):
+    report = synthetic_report(kinds)
+    assert report.verdict == verdict and report.passed == (verdict == "PASS")
+    text = report.text()
+    assert line in text, text
+    assert text.count("verdict: ") == 1
+    # Each case that did not run is named under the verdict, with why.
+    assert text.count("  skipped: large 64x") == kinds.count("skipped")
+    assert report.to_json()["verdict"] == verdict
 
 
 def test_overflow_hint_from_a_summary():
@@ -653,3 +836,11 @@ def test_the_package_names_its_entry_points_lazily():
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
     done = subprocess.run([sys.executable, "-c", code], check=False, env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
+
+
+def test_cli_help_states_the_verdicts(capsys):
+    assert cli(["--help"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "INCOMPLETE when none failed but some could not run here" in out
+    assert "Exit status 0 only for PASS, 1 for FAIL or INCOMPLETE" in out
+    assert "wrong elements shown per case" in out

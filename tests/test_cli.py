@@ -1,9 +1,13 @@
-"""The ``tileflip`` command's own options: the command list, the version, and an unknown command."""
+"""The ``tileflip`` command's own options: the command list, the version, and an unknown command; the
+dtype refusals, which read the same on every command and in the Python API."""
+
+from pathlib import Path
 
 import pytest
 
 import tileflip
 from tileflip.cli import COMMANDS, main
+from tileflip.plan.dtypes import ELEMENT_SIZE, refusal
 
 
 def test_help_lists_every_command_with_a_line(capsys):
@@ -119,3 +123,95 @@ def test_plan_examples_in_errors_are_accepted(capsys):
                  ["--shape", "8x4x3", "--perm", "0,2,1"]):  # fmt: skip
         assert main(["plan", *argv]) == 0
     assert capsys.readouterr().out
+
+
+# --------------------------------------------------------------------------------------------------
+# Dtype refusals: one message, from the dtype table, on every command that takes a dtype and in the API
+# --------------------------------------------------------------------------------------------------
+
+CHECK_TARGET = f"{Path(__file__).parent / 'wrong' / 'misc.py'}:right"
+# Every command option that takes dtypes, as argv with DTYPE where the value goes.
+DTYPE_OPTIONS = {
+    "plan --dtype": ["plan", "--shape", "8x8", "--dtype", "DTYPE"],
+    "plan --perm --dtype": ["plan", "--shape", "8x8", "--perm", "1,0", "--dtype", "DTYPE"],
+    "analyze --dtype": ["analyze", "--kernel", "tiled", "--shape", "1024x512", "--dtype", "DTYPE"],
+    "check --dtypes": ["check", CHECK_TARGET, "--dtypes", "fp32,DTYPE"],
+}
+
+
+def dtype_refusal(argv, text, capsys) -> str:
+    """The error line of a command refusing the dtype ``text`` (status 2, nothing on stdout)."""
+    with pytest.raises(SystemExit) as stop:
+        main([a.replace("DTYPE", text) for a in argv])
+    assert stop.value.code == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and "Traceback" not in captured.err
+    return captured.err.strip().splitlines()[-1]
+
+
+def test_the_dtype_options_are_all_listed():
+    """DTYPE_OPTIONS covers every command source that declares a dtype option."""
+    cli = Path(tileflip.__file__).parent / "cli"
+    declaring = {f.stem for f in cli.glob("*.py") if '"--dtype' in f.read_text()}
+    assert declaring == {key.split()[0] for key in DTYPE_OPTIONS}
+
+
+@pytest.mark.parametrize("option", DTYPE_OPTIONS)
+@pytest.mark.parametrize("text", ["complex128", "cdouble", "torch.complex128"])
+def test_a_16_byte_dtype_is_told_its_size_by_every_command(option, text, capsys):
+    error = dtype_refusal(DTYPE_OPTIONS[option], text, capsys)
+    flag = DTYPE_OPTIONS[option][-2]
+    message = f"{text} is the 16-byte dtype torch.complex128; supported element sizes are 1, 2, 4 and 8 bytes"
+    assert error.endswith(f"argument {flag}: {message}") and message == refusal(text)
+    assert "not a dtype name" not in error
+
+
+@pytest.mark.parametrize("option", DTYPE_OPTIONS)
+def test_an_unknown_name_is_said_to_be_none_and_the_names_are_listed(option, capsys):
+    error = dtype_refusal(DTYPE_OPTIONS[option], "float33", capsys)
+    assert f"argument {DTYPE_OPTIONS[option][-2]}: 'float33' is not a dtype name (did you mean float32?); " in error
+    names = error.split("Supported: ")[1].split("; short names: ")[0].split(", ")
+    assert names == list(ELEMENT_SIZE)
+    assert "bf16" in error.split("; short names: ")[1]
+
+
+@pytest.mark.parametrize("option", DTYPE_OPTIONS)
+@pytest.mark.parametrize("text,why", [
+    ("uint4", "uint4 is the packed dtype torch.uint4 (several values per byte), which is not supported yet"),
+    ("qint8", "qint8 is the quantized dtype torch.qint8, which is not supported; supported: bool, int8, "),
+    ("bits16", "bits16 is the dtype torch.bits16, which is not supported; supported: bool, int8, "),
+])
+def test_other_real_dtypes_are_named_as_real(option, text, why, capsys):
+    error = dtype_refusal(DTYPE_OPTIONS[option], text, capsys)
+    assert why in error and "not a dtype name" not in error
+
+
+def test_every_torch_dtype_name_is_known_to_the_table():
+    """Each name torch gives a dtype is moved or refused for what it is, never called unknown."""
+    torch = pytest.importorskip("torch")
+    names = [n for n in dir(torch) if isinstance(getattr(torch, n), torch.dtype)]
+    assert "complex128" in names and "cdouble" in names
+    for name in names:
+        message = refusal(name)
+        if message is None:
+            assert ELEMENT_SIZE[tileflip.plan.dtype_name(name)] == getattr(torch, name).itemsize, name
+        else:
+            assert "not a dtype name" not in message and str(getattr(torch, name)) in message, name
+
+
+@pytest.mark.parametrize("op", ["transpose", "permute"])
+@pytest.mark.parametrize("name,cli_text", [
+    ("complex128", "the 16-byte dtype torch.complex128; supported element sizes are 1, 2, 4 and 8 bytes"),
+    ("float4_e2m1fn_x2",
+     "the packed dtype torch.float4_e2m1fn_x2 (several values per byte), which is not supported yet"),
+])
+def test_the_python_api_gives_the_commands_wording(op, name, cli_text, capsys):
+    torch = pytest.importorskip("torch")
+    x = torch.zeros(3, 4, dtype=torch.uint8).view(getattr(torch, name)) if "x2" in name else (
+        torch.zeros(3, 4, dtype=getattr(torch, name)))
+    call = {"transpose": lambda: tileflip.transpose(x), "permute": lambda: tileflip.permute(x, (1, 0))}[op]
+    with pytest.raises(TypeError) as refused:
+        call()
+    assert str(refused.value) == f"x has {cli_text}" == refusal(getattr(torch, name), "x")
+    error = dtype_refusal(DTYPE_OPTIONS["plan --dtype"], name, capsys)
+    assert error.endswith(f"argument --dtype: {name} is {cli_text}")

@@ -154,11 +154,34 @@ def run(device: str, png: str, all_dtypes: bool = False) -> int:
     print("All outputs are bit-exact." if not failures else f"{failures} output(s) differ from x.T.")
     from tileflip.analyze import pictures
 
-    path = pictures.draw_tile_grid(31, 65, 32, 32, png, title="31x65 in 32x32 tiles: 3 programs, masked slots shaded")
+    path = pictures.draw_tile_grid(31, 65, 32, 32, png, title="31x65 in 32x32 tiles: 3 programs, masked slots hatched; each tile lands transposed")
     print(f"picture of the 31x65 tiles: {path}")
 
     width = max(len(cmd) for cmd, _ in NEXT_STEPS)
     print("\nWhat to try next:")
+    activate = _activate_hint()
+    if activate:
+        print(f"  ({activate})")
     for cmd, what in NEXT_STEPS:
         print(f"  {cmd:<{width}}  {what}")
     return 1 if failures else 0
+
+
+def _activate_hint() -> str:
+    """How to reach this install's ``tileflip`` from a shell, where PATH does not already give it."""
+    import os
+    import shutil
+    import sys
+    from pathlib import Path
+
+    here = Path(sys.executable).parent
+    found = shutil.which("tileflip")
+    if found and Path(found).resolve().parent == here.resolve():
+        return ""
+    if (here / "activate").is_file():
+        try:
+            rel = os.path.relpath(here / "activate")
+        except ValueError:  # another drive
+            rel = str(here / "activate")
+        return f"first, in your shell: source {rel}"
+    return f"the command is {here / 'tileflip'}"

@@ -61,6 +61,21 @@ def _naive_no_store_mask_kernel(x, out, M, N, sxm, sxn, B: tl.constexpr):
 
 
 @triton.jit(do_not_specialize=["M", "N", "sxm", "sxn"])
+def _naive_copy_kernel(x, out, M, N, sxm, sxn, B: tl.constexpr):
+    col = tl.program_id(0) * B + tl.arange(0, B)[None, :]
+    row = tl.program_id(1) * B + tl.arange(0, B)[:, None]
+    inside = (row < M) & (col < N)
+    value = tl.load(x + row * sxm + col * sxn, mask=inside)
+    tl.store(out + row * N + col, value, mask=inside)
+
+
+@triton.jit(do_not_specialize=["numel"])
+def _flat_copy_kernel(x, out, numel, B: tl.constexpr):
+    offs = tl.program_id(0) * B + tl.arange(0, B)
+    tl.store(out + offs, tl.load(x + offs, mask=offs < numel), mask=offs < numel)
+
+
+@triton.jit(do_not_specialize=["M", "N", "sxm", "sxn"])
 def _smem_right_kernel(x, out, M, N, sxm, sxn, B: tl.constexpr):
     tx = tl.arange(0, B)[None, :]
     ty = tl.arange(0, B)[:, None]
@@ -123,6 +138,17 @@ def naive_square_only(x, out):
     """Right kernel, but the grid is cdiv(M, 16) blocks in both directions, as if every matrix were square."""
     M, _ = x.shape
     _launch(_naive_right_kernel, x, out, grid=(triton.cdiv(M, BLOCK), triton.cdiv(M, BLOCK)))
+
+
+def naive_copy(x, out):
+    """A copy kernel in the transpose's place: out[row*N + col] = x[row, col], x's elements in x's order."""
+    _launch(_naive_copy_kernel, x, out)
+
+
+def flat_copy(x, out):
+    """A flat copy of M*N elements from x's pointer, one thread each: x's memory as it lies, strides unread."""
+    numel = x.shape[0] * x.shape[1]
+    _flat_copy_kernel[(triton.cdiv(numel, BLOCK * BLOCK),)](x, out, numel, B=BLOCK * BLOCK)
 
 
 def smem_right(x, out):

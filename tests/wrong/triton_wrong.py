@@ -74,6 +74,16 @@ def _untransposed_tile_kernel(x, out, M, N, sxm, sxn, BM: tl.constexpr, BN: tl.c
     tl.store(out + rn[:, None] * M + rm[None, :], tile, mask=out_mask)
 
 
+@triton.jit(do_not_specialize=["M", "N", "sxm", "sxn"])
+def _tiles_in_place_kernel(x, out, M, N, sxm, sxn, BM: tl.constexpr, BN: tl.constexpr):
+    rm = tl.program_id(0) * BM + tl.arange(0, BM)
+    rn = tl.program_id(1) * BN + tl.arange(0, BN)
+    in_mask = (rm[:, None] < M) & (rn[None, :] < N)
+    tile = tl.load(x + rm[:, None] * sxm + rn[None, :] * sxn, mask=in_mask)
+    out_mask = (rm[:, None] < N) & (rn[None, :] < M)
+    tl.store(out + rm[:, None] * M + rn[None, :], tl.trans(tile), mask=out_mask)
+
+
 def _launch(kernel, x, out, grid=None):
     M, N = x.shape
     grid = grid or (triton.cdiv(M, TILE), triton.cdiv(N, TILE))
@@ -108,6 +118,17 @@ def untransposed_tile(x, out):
 def no_store_mask(x, out):
     """The store has no mask: tail tiles write past the output."""
     _launch(_no_store_mask_kernel, x, out)
+
+
+def tiles_in_place(x, out):
+    """Each tile transposed (``tl.trans``) but stored at its own tile position, output rows ``rm`` and columns
+    ``rn``, instead of rows ``rn`` and columns ``rm`` (it compiles because BM == BN)."""
+    _launch(_tiles_in_place_kernel, x, out)
+
+
+def single_tile(x, out):
+    """Right kernel, but launched on a grid of one program: only the first TILE x TILE block is transposed."""
+    _launch(_right_kernel, x, out, grid=(1, 1))
 
 
 def square_only(x, out):

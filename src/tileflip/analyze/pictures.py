@@ -46,36 +46,57 @@ def _save(fig, path) -> str:
 
 
 def draw_tile_grid(M: int, N: int, BM: int, BN: int, path, *, title=None) -> str:
-    """Draw the BM x BN program grid over an M x N input, masked slots shaded; returns the path."""
-    from matplotlib.patches import Rectangle
+    """Draw a transpose's BM x BN program grid: the M x N input on the left, the N x M output on the right,
+    each program's tile in its own colour on both (masked slots hatched grey), and an arrow from where a tile
+    is read to where it lands, transposed. Returns the path."""
+    from matplotlib import colormaps
+    from matplotlib.patches import ConnectionPatch, Rectangle
 
     grid = transpose_grid(M, N, BM, BN)
     rows, cols = grid.grid_m * BM, grid.grid_n * BN
-    scale = 8.0 / max(rows, cols, 1)
-    fig = _figure(max(3.0, cols * scale + 1.5), max(2.5, rows * scale + 1.0))
-    ax = fig.add_subplot(1, 1, 1)
-    label = grid.programs <= 64
+    scale = 5.5 / max(rows, cols, 1)
+    width = max(7.0, (cols + rows) * scale + 3.0)
+    fig = _figure(width, max(3.8, max(rows, cols) * scale + 1.8))
+    ax_in, ax_out = fig.subplots(1, 2, gridspec_kw={"width_ratios": [max(cols, 1), max(rows, 1)]})
+    label = grid.programs <= 24
+    palette = colormaps["tab10"]
     for pid in range(grid.programs):
         pid_m, pid_n = grid.tile_of(pid)
         masks = tile_masks(M, N, BM, BN, pid_m, pid_n)
-        y0, x0 = pid_m * BM, pid_n * BN
+        colour = palette(pid % 10) if label else _VALID
         (r0, r1), (c0, c1) = masks.in_rows, masks.in_cols
-        ax.add_patch(Rectangle((x0, y0), BN, BM, facecolor=_MASKED, hatch="//", edgecolor="#9a9a9a", lw=0))
-        ax.add_patch(Rectangle((c0, r0), c1 - c0, r1 - r0, facecolor=_VALID, edgecolor="none"))
-        ax.add_patch(Rectangle((x0, y0), BN, BM, fill=False, edgecolor="#1f4e79", lw=1.2))
-        if label:
-            text = f"pid {pid}\n({pid_m}, {pid_n})\n{masks.valid} valid\n{masks.masked} masked"
-            ax.text(x0 + BN / 2, y0 + BM / 2, text, ha="center", va="center", fontsize=7)
-    ax.add_patch(Rectangle((0, 0), N, M, fill=False, edgecolor="#c00000", lw=2, label=f"input {M}x{N}"))
-    ax.set_xlim(0, max(cols, 1))
-    ax.set_ylim(max(rows, 1), 0)
-    ax.set_aspect("equal")
-    ax.set_xlabel("column (N)")
-    ax.set_ylabel("row (M)")
-    ax.legend(loc="upper right", fontsize=7, framealpha=0.9)
+        y0, x0 = pid_m * BM, pid_n * BN
+        # the input tile (rows of x, columns of x) and where it lands in the output (columns become rows)
+        for ax, (tx, ty, tw, th), (vx, vy, vw, vh) in (
+            (ax_in, (x0, y0, BN, BM), (c0, r0, c1 - c0, r1 - r0)),
+            (ax_out, (y0, x0, BM, BN), (r0, c0, r1 - r0, c1 - c0)),
+        ):
+            ax.add_patch(Rectangle((tx, ty), tw, th, facecolor=_MASKED, hatch="//", edgecolor="#9a9a9a", lw=0))
+            ax.add_patch(Rectangle((vx, vy), vw, vh, facecolor="white", edgecolor="none"))  # no hatch under it
+            ax.add_patch(Rectangle((vx, vy), vw, vh, facecolor=colour, alpha=0.55, edgecolor="none"))
+            ax.add_patch(Rectangle((tx, ty), tw, th, fill=False, edgecolor="#1f4e79", lw=1.2))
+            if label:
+                ax.text(tx + tw / 2, ty + th / 2, f"pid {pid}\n{masks.valid} valid\n{masks.masked} masked",
+                        ha="center", va="center", fontsize=9)  # fmt: skip
+        if label and masks.valid:
+            arrow = ConnectionPatch((x0 + BN * 0.8, y0 + BM * 0.8), (y0 + BM * 0.2, x0 + BN * 0.8), "data", "data",
+                                    axesA=ax_in, axesB=ax_out, arrowstyle="->", color=colour, lw=1.8)  # fmt: skip
+            fig.add_artist(arrow)
+    for ax, w, h, name in ((ax_in, N, M, f"input x: {M}x{N}"), (ax_out, M, N, f"output x.T: {N}x{M}")):
+        ax.add_patch(Rectangle((0, 0), w, h, fill=False, edgecolor="#c00000", lw=2))
+        ax.set_aspect("equal")
+        ax.set_title(name, fontsize=10)
+    ax_in.set_xlim(0, max(cols, 1))
+    ax_in.set_ylim(max(rows, 1), 0)
+    ax_out.set_xlim(0, max(rows, 1))
+    ax_out.set_ylim(max(cols, 1), 0)
+    ax_in.set_xlabel("column j of x")
+    ax_in.set_ylabel("row i of x")
+    ax_out.set_xlabel("column i of x.T")
+    ax_out.set_ylabel("row j of x.T")
     masked = grid.programs * BM * BN - M * N
-    ax.set_title(title or f"{M}x{N} in {BM}x{BN} tiles: {grid.grid_m}x{grid.grid_n} = {grid.programs} programs, "
-                 f"{masked} masked slots (shaded)", fontsize=9)
+    fig.suptitle(title or f"{M}x{N} in {BM}x{BN} tiles: {grid.programs} programs, {masked} masked slots (hatched); "
+                 "each tile lands transposed", fontsize=11)  # fmt: skip
     return _save(fig, path)
 
 

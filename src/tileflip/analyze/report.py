@@ -69,6 +69,21 @@ class Report:
         }
 
 
+def program_order(group_m: int, two_d: bool = True) -> str:
+    """``group_m`` in words: the order in which consecutive programs take tiles (``TransposeGrid.tile_of``).
+
+    ``two_d``: whether a ``group_m == -1`` launch gets its 2-D grid (grid_n within gridDim.y's limit;
+    past it the launcher runs the same order on a 1-D grid)."""
+    if group_m == 1:
+        return "row by row of tiles"
+    if group_m == 0:
+        return "column by column of tiles"
+    if group_m == -1:
+        return ("column by column of tiles, on a 2-D grid" if two_d
+                else "column by column of tiles, on a 1-D grid since grid_n passes gridDim.y's limit")
+    return f"bands of {group_m} tile rows, column by column"
+
+
 def _fmt_bytes(n: float) -> str:
     for unit in ("B", "KiB", "MiB", "GiB"):
         if abs(n) < 1024 or unit == "GiB":

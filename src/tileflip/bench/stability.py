@@ -6,7 +6,8 @@ measurement carves x and out out of one larger buffer per side at other offsets 
 and 16-byte-aligned offsets within 2 MiB: ``address_plan``), and runs the cases in another order
 (seeded shuffles: ``order_plan``); every result is checked bit for bit. A case is stable when max/min
 of its times is at most ``LIMIT``. The plans are pure functions, checked on the CPU; the method and
-the cases' reasons: ``docs/design.md`` (Benchmark).
+each case's reason: the text beside it in ``_CASES``; what the suite found: ``docs/design.md`` (The stability
+suite).
 """
 
 from __future__ import annotations

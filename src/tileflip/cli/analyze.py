@@ -8,11 +8,11 @@ import sys
 
 from tileflip import tuning
 from tileflip.analyze.model import analyze
-from tileflip.analyze.report import format_report
+from tileflip.analyze.report import format_report, program_order
 from tileflip.analyze.timemodel import load_device
 from tileflip.analyze.variants import KERNELS, build_variant
 from tileflip.cli import parse
-from tileflip.plan import check_tile, element_size, transpose_grid
+from tileflip.plan import MAX_GRID_YZ, check_tile, element_size, transpose_grid
 
 TILE_OPTIONS = ("--block", "--num-warps", "--group-m")
 UNMODELLED_FLAGS = ("interior", "maxnreg", "out_tile", "evict_last")  # TileConfig fields the model leaves out
@@ -50,7 +50,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--num-warps", type=int, default=None,
                    help="Triton num_warps (default: auto's for the shape; with --block, by tile size)")
     p.add_argument("--group-m", type=int, default=None,
-                   help="Triton GROUP_M program order (default: auto's for the shape; with --block, 1)")
+                   help="Triton GROUP_M program order (1: row by row of tiles; 0: column by column; -1: column "
+                        "by column on a 2-D grid; G > 1: bands of G tile rows, column by column); default: "
+                        "auto's for the shape, with --block 1")
     p.add_argument("--strides", type=_strides, default=None, help="input strides in elements, e.g. 512,1")
     p.add_argument("--sample", type=int, default=512, help="programs enumerated at most (default 512)")
     p.add_argument("--device", default=None, help="device constants JSON (default: the committed H200 file)")
@@ -109,14 +111,20 @@ def _auto(shape, itemsize: int, strides) -> dict:
             "config": tuning.triton_config(itemsize, (M, N), sxm)}
 
 
-def _describe(block, num_warps, group_m) -> str:
-    return f"{block[0]}x{block[1]}, {num_warps} warps, group_m {group_m}"
+def _order(shape, block, group_m) -> str:
+    """The program order of a tile on ``shape``, in words (whether -1 gets its 2-D grid depends on grid_n)."""
+    return program_order(group_m, two_d=-(-shape[1] // block[1]) <= MAX_GRID_YZ)
 
 
-def _tile_statement(auto: dict, itemsize: int, modelled: tuple, given: list) -> list[str]:
+def _describe(shape, block, num_warps, group_m) -> str:
+    return (f"{block[0]}x{block[1]}, {num_warps} warps, group_m {group_m} "
+            f"(program order: {_order(shape, block, group_m)})")
+
+
+def _tile_statement(auto: dict, itemsize: int, shape, modelled: tuple, given: list) -> list[str]:
     """Lines that say whose tile the triton report models: the one auto runs, or the options'."""
     c, runs = auto["config"], auto["runs"]
-    tuned = _describe((c.block_m, c.block_n), c.num_warps, c.group_m)
+    tuned = _describe(shape, (c.block_m, c.block_n), c.num_warps, c.group_m)
     why = f"tileflip.tuning's choice for {itemsize}-byte {auto['shape_class']} shapes"
     lines = []
     if runs != "triton":
@@ -134,9 +142,9 @@ def _tile_statement(auto: dict, itemsize: int, modelled: tuple, given: list) -> 
             line += f"; not modelled: {', '.join(flags)}"
     else:
         same = modelled == ((c.block_m, c.block_n), c.num_warps, c.group_m)
-        line = (f"tile: {_describe(*modelled)}: from {', '.join(given)}, "
+        line = (f"tile: {_describe(shape, *modelled)}: from {', '.join(given)}, "
                 + ("the same as" if same else "not") + f" the tile {whose} runs for this shape and dtype"
-                + ("" if same else f" ({tuned}: {why})"))
+                + ("" if same else f", which is {tuned}: {why}"))
     if auto["refusal"]:
         line += f"; the table names cuda-vec, which cannot take this call: {auto['refusal']}"
     return lines + [line]
@@ -150,10 +158,12 @@ def _tile_choice(auto: dict, itemsize: int, report, group_m: int, args) -> dict:
     given = [o for o, v in zip(TILE_OPTIONS, (args.block, args.num_warps, args.group_m)) if v is not None]
     return {
         "auto_backend": auto["runs"], "auto_table_choice": auto["chosen"], "shape_class": auto["shape_class"],
-        "auto_triton_tile": {"block": list(tuned[0]), "num_warps": tuned[1], "group_m": tuned[2]},
-        "modelled_tile": {"block": list(modelled[0]), "num_warps": modelled[1], "group_m": modelled[2]},
+        "auto_triton_tile": {"block": list(tuned[0]), "num_warps": tuned[1], "group_m": tuned[2],
+                             "program_order": _order(args.shape, *tuned[::2])},
+        "modelled_tile": {"block": list(modelled[0]), "num_warps": modelled[1], "group_m": modelled[2],
+                          "program_order": _order(args.shape, *modelled[::2])},
         "modelled_is_auto": auto["runs"] == "triton" and modelled == tuned,
-        "tile_options": given, "statement": _tile_statement(auto, itemsize, modelled, given),
+        "tile_options": given, "statement": _tile_statement(auto, itemsize, args.shape, modelled, given),
     }
 
 

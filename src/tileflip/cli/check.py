@@ -58,7 +58,9 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="tileflip check",
         description="Run a transpose f(x, out) or f(x) -> y through adversarial inputs and name the indexing\n"
-        "pitfall behind any failure. Exit status 0 only when every case passes, 1 when one fails, 2 when\n"
+        "pitfall behind any failure. The verdict is PASS when every case ran and passed, FAIL when one\n"
+        "failed, INCOMPLETE when none failed but some could not run here (--large without a GPU): a case\n"
+        "that did not run is not a pass. Exit status 0 only for PASS, 1 for FAIL or INCOMPLETE, 2 when\n"
         "the arguments or the target cannot be used.",
         epilog=CONTRACT,
         # Keeps the contract's code lines as written.
@@ -109,10 +111,17 @@ def _parser() -> argparse.ArgumentParser:
         const=LARGE_SHAPE,
         type=lambda t: parse.pair(t, "large"),
         metavar="MxN",
-        help=f"add a case past 2**31 elements (default {LARGE_SHAPE[0]}x{LARGE_SHAPE[1]}, GPU only)",
+        help=f"add a case past 2**31 elements (default {LARGE_SHAPE[0]}x{LARGE_SHAPE[1]}, GPU only: without one "
+        "it is skipped and the verdict is INCOMPLETE)",
     )
     p.add_argument("--timeout", type=float, default=300.0, help="seconds one case may run (default 300)")
-    p.add_argument("--show", type=int, default=3, help="failing cases shown per category (default 3)")
+    p.add_argument(
+        "--show",
+        type=int,
+        default=3,
+        help="failing cases shown per category, and wrong elements shown per case (default 3); the rest are "
+        "counted",
+    )
     # Lets the tests walk the large-case path on small shapes; not a user-facing knob.
     p.add_argument("--overflow-limit", type=int, default=INT32_LIMIT, help=argparse.SUPPRESS)
     return p

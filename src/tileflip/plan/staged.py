@@ -15,6 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from tileflip.plan.grid import cdiv, magic_divisor
+from tileflip.plan.launch import pow2_part as _pow2_dividing
+from tileflip.plan.launch import product as _product
 from tileflip.plan.permute import contiguous_strides
 
 THREADS = 256  # permute_staged.cu's STAGED_THREADS
@@ -78,21 +80,6 @@ class StagedLaunch:
 
     def len_out(self) -> int:
         return _product(self.extents[d] for d in self.seg_out)
-
-
-def _product(values) -> int:
-    n = 1
-    for v in values:
-        n *= v
-    return n
-
-
-def _pow2_dividing(n: int, cap: int) -> int:
-    """The largest power of two, at most ``cap``, that divides ``n`` (0 divides by anything)."""
-    p = 1
-    while p < cap and n % (2 * p) == 0:
-        p *= 2
-    return p
 
 
 def _segment(sizes, strides, extents, order) -> tuple:

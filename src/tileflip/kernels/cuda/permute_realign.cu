@@ -21,7 +21,7 @@
 // the pieces tile the row; the HALO rows before tb * STEP hold the bytes it takes from before it): each
 // aligned 16-byte piece is 5 words of its tile row funnel-shifted into place and stored whole, a warp
 // writing whole sectors. Pieces that run past either end of the row are written element by element. Forms
-// measured and rejected: docs/design.md (Planner, the realigned-store kernel).
+// measured and rejected: docs/design.md (Designs measured and rejected).
 //
 // No header is included (NVRTC has no standard library search path).
 

@@ -214,7 +214,13 @@ def launch(x, y, y_t, partials, scale, dtype, config: TileConfig, *, hw_cvt: boo
     args = (M, N, sxm, sxn, grid.grid_m, grid.grid_n, *flags, config.block_m, config.block_n, config.group_m)
     programs = grid.programs
     if _INTERPRETED:
-        cast_transpose_kernel[(programs,)](x, y_u, yt_arg, amax_t, scale_t, scale_v, *args, num_warps=config.num_warps)
+        import numpy as np
+
+        # The cast multiplies NaN inputs as torch does; the interpreter's numpy would flag a signalling NaN
+        # operand as an invalid operation, which the GPU's multiply does not.
+        with np.errstate(invalid="ignore"):
+            cast_transpose_kernel[(programs,)](x, y_u, yt_arg, amax_t, scale_t, scale_v, *args,
+                                               num_warps=config.num_warps)  # fmt: skip
         return
     device = x.device.index
     ptrs = (x, y_u, yt_arg, amax_t, scale_t)
