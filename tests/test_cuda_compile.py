@@ -21,8 +21,8 @@ pytest.importorskip("cuda.bindings", reason="the CUDA backend needs cuda-python:
 from tileflip.kernels.cuda import nvrtc  # noqa: E402 (after the importorskip)
 from tileflip.kernels.cuda import permute as cuda_permute  # noqa: E402
 from tileflip.kernels.cuda import quantize as cuda_quantize  # noqa: E402
-from tileflip.kernels.cuda import transpose as cuda_transpose  # noqa: E402
 from tileflip.kernels.cuda import staged as cuda_staged  # noqa: E402
+from tileflip.kernels.cuda import transpose as cuda_transpose  # noqa: E402
 from tileflip.kernels.cuda import words as cuda_words  # noqa: E402
 
 ARCH = 90

@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 import torch
 from helpers import (
-    assert_bits_equal,
     check_permute_exact,
     check_permute_off_boundaries,
     check_permute_refused,

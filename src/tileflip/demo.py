@@ -154,7 +154,8 @@ def run(device: str, png: str, all_dtypes: bool = False) -> int:
     print("All outputs are bit-exact." if not failures else f"{failures} output(s) differ from x.T.")
     from tileflip.analyze import pictures
 
-    path = pictures.draw_tile_grid(31, 65, 32, 32, png, title="31x65 in 32x32 tiles: 3 programs, masked slots hatched; each tile lands transposed")
+    title = "31x65 in 32x32 tiles: 3 programs, masked slots hatched; each tile lands transposed"
+    path = pictures.draw_tile_grid(31, 65, 32, 32, png, title=title)
     print(f"picture of the 31x65 tiles: {path}")
 
     width = max(len(cmd) for cmd, _ in NEXT_STEPS)

@@ -79,7 +79,10 @@ def draw_tile_grid(M: int, N: int, BM: int, BN: int, path, *, title=None) -> str
                 ax.text(tx + tw / 2, ty + th / 2, f"pid {pid}\n{masks.valid} valid\n{masks.masked} masked",
                         ha="center", va="center", fontsize=9)  # fmt: skip
         if label and masks.valid:
-            arrow = ConnectionPatch((x0 + BN * 0.8, y0 + BM * 0.8), (y0 + BM * 0.2, x0 + BN * 0.8), "data", "data",
+            # from inside the tile's valid part to inside the part it lands on
+            start = (c0 + (c1 - c0) * 0.8, r0 + (r1 - r0) * 0.8)
+            end = (r0 + (r1 - r0) * 0.2, c0 + (c1 - c0) * 0.8)
+            arrow = ConnectionPatch(start, end, "data", "data",
                                     axesA=ax_in, axesB=ax_out, arrowstyle="->", color=colour, lw=1.8)  # fmt: skip
             fig.add_artist(arrow)
     for ax, w, h, name in ((ax_in, N, M, f"input x: {M}x{N}"), (ax_out, M, N, f"output x.T: {N}x{M}")):

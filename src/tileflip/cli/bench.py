@@ -105,9 +105,9 @@ def main(argv: list[str]) -> int:
     p.add_argument("--rounds", type=_positive, default=3, help="interleaved rounds per case (default 3)")
     p.add_argument("--backends", type=_backends, default=None,
                    help="comma-separated (default: every backend and peer; permute suites: auto and the peers). "
-                        "Permute suites time auto, triton, cuda-realign, cuda-thin, cuda-split and cuda-shift: "
-                        "more than one without peers is the strategy sweep, e.g. --suite permute-wide "
-                        "--backends auto,triton,cuda-realign,cuda-thin,cuda-split,cuda-shift")  # fmt: skip
+                        "Permute suites time auto, triton, cuda-staged, cuda-realign, cuda-thin, cuda-split and "
+                        "cuda-shift: more than one without peers is the strategy sweep, e.g. --suite permute-wide "
+                        "--backends auto,triton,cuda-staged,cuda-realign,cuda-thin,cuda-split,cuda-shift")  # fmt: skip
     p.add_argument("--out", default=None, help=OUT_HELP + "; with --plot, the folder for the PNGs "
                    "(default: beside the file)")  # fmt: skip
     p.add_argument("--plot", metavar="FILE.json", help="draw PNG plots from a results file and exit")

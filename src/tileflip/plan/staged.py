@@ -48,7 +48,8 @@ class StagedLaunch:
     the order the buffer's rows (one input segment each) count them, fastest first; ``pitch``: buffer
     elements from one row to the next; row r is turned by ``(r >> shift) * rot`` elements; ``lanes_seg``:
     the lanes of a warp that store consecutive vectors of one output segment (``buffer_layout``);
-    ``vector_gather``: every store vector lies in order in the buffer, aligned, and is read whole; ``tiles``: the boxes, counted over ``tile_dims`` (fastest first)."""
+    ``vector_gather``: every store vector lies in order in the buffer, aligned, and is read whole;
+    ``tiles``: the boxes, counted over ``tile_dims`` (fastest first)."""
 
     element_size: int
     extents: tuple
@@ -283,7 +284,8 @@ def staged_fields(sizes, in_strides, go: StagedLaunch) -> dict:
         "n_oin": len(go.seg_order),
         "k_os_in": go.seg_order.index(go.cut_out) if go.cut_out in go.seg_order else -1,
         "n_sout": len(go.seg_out), "n_oout": len(oout),
-        "lanes_seg": go.lanes_seg, "nseg": _product(ext[d] for d in oout), "vps_pad": cdiv(len_out // ve_out, go.lanes_seg) * go.lanes_seg,
+        "lanes_seg": go.lanes_seg, "nseg": _product(ext[d] for d in oout),
+        "vps_pad": cdiv(len_out // ve_out, go.lanes_seg) * go.lanes_seg,
         "k_is_out": oout.index(go.cut_in) if go.cut_in in oout else -1,
         "same_cut": int(same),
         "n_tile": len(go.tile_dims),
@@ -442,10 +444,11 @@ TURNS = ((0, 0),) + tuple((shift, k) for shift in (0, 2, 4, 5) for k in (1, 2, 3
 
 def buffer_layout(sizes, go: StagedLaunch) -> StagedLaunch:
     """``go`` with the store order and buffer layout that give its gathers the fewest shared-memory
-    wavefronts, or None where no store order fits the box's slots: ``lanes_seg`` a power of two whose vectors make whole sectors (or a whole segment); the
-    pitch at most three load vectors past the input segment; rows turned by ``(r >> shift) * rot``, rot a
-    multiple of a load vector (TURNS). Ties go to the more coalesced order, then the plain layout. The count
-    is taken over the first warp of each thread's first two slots (the others repeat their pattern)."""
+    wavefronts, or None where no store order fits the box's slots: ``lanes_seg`` a power of two whose vectors
+    make whole sectors (or a whole segment); the pitch at most three load vectors past the input segment;
+    rows turned by ``(r >> shift) * rot``, rot a multiple of a load vector (TURNS). Ties go to the more
+    coalesced order, then the plain layout. The count is taken over the first warp of each thread's first
+    two slots (the others repeat their pattern)."""
     es = go.element_size
     ve = go.vi // es
     rows = _product(go.extents[d] for d in go.seg_order)

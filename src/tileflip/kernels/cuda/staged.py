@@ -33,8 +33,8 @@ def kernel_names() -> list[str]:
 
 
 _INTS = ("tiles", "nl", "ns", "vps_in", "vps_out", "inner_in", "inner_out", "n_oin", "k_os_in", "n_sout", "n_oout",
-         "lanes_seg", "nseg", "vps_pad", "k_is_out", "same_cut", "n_tile", "ti_is", "ti_os", "cut_is", "size_is", "cut_os", "size_os", "pitch",
-         "rot", "shift")  # fmt: skip
+         "lanes_seg", "nseg", "vps_pad", "k_is_out", "same_cut", "n_tile", "ti_is", "ti_os", "cut_is", "size_is",
+         "cut_os", "size_os", "pitch", "rot", "shift")  # fmt: skip
 _ARRAYS = ("oin_ext", "oin_in", "oin_row", "sout_ext", "sout_row", "sout_col", "oout_ext", "oout_out", "oout_row",
            "oout_col", "tile_count", "tile_magic", "tile_shift")  # fmt: skip
 _WIDE = ("tile_in", "tile_out")
