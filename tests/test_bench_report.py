@@ -108,6 +108,7 @@ def test_parts_merge_into_one_results_file(tmp_path):
     assert {tuple(r["shape"]) for r in data["records"]} == {(8, 8)} and "parts" not in data
     assert records.load_records(first) == data["records"]
     assert records.device_label("NVIDIA H200") == "h200"
+    assert records.device_label("NVIDIA H100 80GB HBM3") == "h100"  # one folder per card, as data/<card>.json
 
 
 def test_plot_out_folder(tmp_path):

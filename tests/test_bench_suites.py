@@ -334,6 +334,8 @@ def test_strategy_sweep_writes_its_own_file_and_counts_close_picks(tmp_path, mon
 def test_results_name():
     assert suites.results_name("permute-wide", ["auto", "triton", "cuda-realign"]) == "permute-wide-strategies"
     assert suites.results_name("permute-wide", ["auto", "torch-compile"]) == "permute-wide"
+    assert suites.results_name("permute-wide", ["auto", "cuda-staged"]) == "permute-wide-strategies"
+    assert suites.results_name("permute-wide", ["auto"]) == "permute-wide"
     assert suites.results_name("permute-wide", ["auto", "triton", "torch-compile"]) == "permute-wide"
     assert suites.results_name("2d", ["triton", "cuda-vec"]) == "2d"
 

@@ -80,8 +80,11 @@ def medians(records: list[dict]) -> dict:
 
 
 def device_label(gpu: str) -> str:
-    """The results folder of a GPU: 'NVIDIA H200' -> 'h200'."""
-    return gpu.replace("NVIDIA ", "").replace(" ", "-").lower()
+    """The results folder of a GPU, its card's name as the device constants use it (``plan.device.card_of``):
+    'NVIDIA H200' -> 'h200', 'NVIDIA H100 80GB HBM3' -> 'h100'."""
+    from tileflip.plan.device import card_of
+
+    return card_of(gpu)
 
 
 def results_path(out_dir, device: str, suite: str) -> Path:

@@ -121,9 +121,9 @@ def run(suite: str, *, part: str | None, quick: bool, rounds: int, backends: lis
 
 def results_name(suite: str, backends) -> str:
     """The results file's name: ``<suite>-strategies`` for a strategy sweep (a permute suite timed on
-    more than one of auto's strategies and no peer), else the suite's."""
+    a forced strategy and no peer: the suite's own file holds the peers), else the suite's."""
     strategies = [b for b in backends if b in PERMUTE_STRATEGIES and b != "auto"]
-    if suite in PERMUTE_SUITES and len(strategies) > 1 and not any(b in PEERS for b in backends):
+    if suite in PERMUTE_SUITES and strategies and not any(b in PEERS for b in backends):
         return f"{suite}-strategies"
     return suite
 
