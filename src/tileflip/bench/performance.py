@@ -44,6 +44,8 @@ SUITES = [
     ("h200", "permute-random", "Random permutes (random seed 0)", "fraction of copy"),
     ("h200", "permute-wide", "Permutes from a wider generator", "fraction of copy"),
     ("h200", "permute-wide-strategies", "Every strategy on the wider generator's permutes", "fraction of copy"),
+    ("h100", "permute-wide-strategies", "auto beside the staged permute on the wider generator's permutes",
+     "fraction of copy"),
     ("h200", "cast", "fp8 cast-transpose", "fraction of copy"),
     ("h200", "quantize", "Block-scaled quantization", "fraction of copy"),
     ("h200", "host", "Host time per call", "microseconds"),
