@@ -11,7 +11,7 @@ from tileflip.plan import device
 @pytest.mark.parametrize(
     "name, card",
     [("NVIDIA H200", "h200"), ("NVIDIA H100 80GB HBM3", "h100"), ("NVIDIA H100 PCIe", "h100"),
-     ("NVIDIA A100-SXM4-80GB", "a100"), ("NVIDIA B200", "b200")],
+     ("NVIDIA A100-SXM4-80GB", "a100"), ("NVIDIA B200", "b200"), ("NVIDIA GeForce RTX 4090", "geforce-rtx-4090")],
 )  # fmt: skip
 def test_card_of(name, card):
     assert device.card_of(name) == card

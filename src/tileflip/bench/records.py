@@ -13,6 +13,8 @@ import json
 import statistics
 from pathlib import Path
 
+from tileflip.plan.device import card_of
+
 DEFAULT_OUT = "benchmarks/results"
 
 
@@ -82,8 +84,6 @@ def medians(records: list[dict]) -> dict:
 def device_label(gpu: str) -> str:
     """The results folder of a GPU, its card's name as the device constants use it (``plan.device.card_of``):
     'NVIDIA H200' -> 'h200', 'NVIDIA H100 80GB HBM3' -> 'h100'."""
-    from tileflip.plan.device import card_of
-
     return card_of(gpu)
 
 

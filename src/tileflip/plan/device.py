@@ -17,9 +17,11 @@ DEFAULT_CARD = "h200"
 
 def card_of(name: str) -> str:
     """The card's file stem from its device name: ``"NVIDIA H100 80GB HBM3"`` -> ``"h100"``,
-    ``"NVIDIA H200"`` -> ``"h200"``; other names lower-cased, non-alphanumerics dropped."""
-    m = re.search(r"\b([A-Z]+\d{2,4}[A-Z]?)\b", name.replace("NVIDIA", ""))
-    return (m.group(1) if m else re.sub(r"[^0-9a-zA-Z]+", "", name)).lower()
+    ``"NVIDIA H200"`` -> ``"h200"``; other names without "NVIDIA", lower-cased, their words joined by hyphens
+    (``"NVIDIA GeForce RTX 4090"`` -> ``"geforce-rtx-4090"``)."""
+    name = name.replace("NVIDIA", "")
+    m = re.search(r"\b([A-Z]+\d{2,4}[A-Z]?)\b", name)
+    return (m.group(1) if m else "-".join(re.findall(r"[0-9a-zA-Z]+", name))).lower()
 
 
 def load_device(device=None) -> dict:
