@@ -21,7 +21,7 @@ from helpers import (
 
 import tileflip
 from tileflip import plan
-from tileflip.plan import staged
+from tileflip.plan import choose, staged
 from tileflip.plan.permute import contiguous_strides
 
 CU_FILE = Path(tileflip.__file__).parent / "kernels" / "cuda" / "permute_staged.cu"
@@ -121,9 +121,9 @@ def _emulated(shape, dims, es, kernel_functions, x_at=0, out_at=0, strides=None,
     mem = torch.randint(1, 255, (span * es + x_at + 16,), dtype=torch.uint8, generator=g)
     x = torch.as_strided(mem[x_at : x_at + span * es].view(dt), shape, strides or contiguous_strides(shape))
     p = plan.plan_permute(tuple(x.shape), tuple(x.stride()), tuple(dims), es)
-    go = staged.staged_launch(p.sizes, p.in_strides, es, staged._pow2_dividing(x_at, 16) if x_at else 16,
+    go = choose.staged_launch(p.sizes, p.in_strides, es, staged._pow2_dividing(x_at, 16) if x_at else 16,
                               staged._pow2_dividing(out_at, 16) if out_at else 16)  # fmt: skip
-    assert go is not None, (shape, dims, es, staged.staged_refusal(p.sizes, p.in_strides, es))
+    assert go is not None, (shape, dims, es, choose.staged_refusal(p.sizes, p.in_strides, es))
     ref = x.permute(dims).contiguous().view(torch.uint8).reshape(-1).numpy()
     out = np.full(ref.size + out_at + 32, 0xA5, np.uint8)
     written = emulate(p, go, mem.numpy(), x_at, out, out_at, kernel_functions, blocks)
@@ -141,7 +141,7 @@ def test_the_cases_cut_both_sides_with_short_last_boxes():
     short = 0
     for shape, dims, es in CASES:
         p = _plan(shape, dims, es)
-        go = staged.staged_launch(p.sizes, p.in_strides, es)
+        go = choose.staged_launch(p.sizes, p.in_strides, es)
         cuts = [d for d in (go.cut_in, go.cut_out) if d >= 0 and p.sizes[d] % go.extents[d]]
         short += len(set(cuts)) == 2
     assert short >= 2
@@ -167,9 +167,9 @@ def test_a_box_fits_its_buffer_and_cuts_at_most_one_dimension_a_side():
         p = _plan(shape, dims, es)
         if p.kind not in ("rows", "tiles", "transpose2d"):
             continue
-        go = staged.staged_launch(p.sizes, p.in_strides, es)
+        go = choose.staged_launch(p.sizes, p.in_strides, es)
         if go is None:
-            assert staged.staged_refusal(p.sizes, p.in_strides, es)
+            assert choose.staged_refusal(p.sizes, p.in_strides, es)
             continue
         taken += 1
         ext = go.extents
@@ -188,8 +188,8 @@ def test_a_box_fits_its_buffer_and_cuts_at_most_one_dimension_a_side():
 
 def test_refusals_say_why():
     p = _plan((7, 9, 11), (2, 0, 1), 1)
-    assert "multiple of 4 bytes" in staged.staged_refusal(p.sizes, p.in_strides, 1)
-    assert "stride 1" in staged.staged_refusal((8, 8), (2, 16), 4)
+    assert "multiple of 4 bytes" in choose.staged_refusal(p.sizes, p.in_strides, 1)
+    assert "stride 1" in choose.staged_refusal((8, 8), (2, 16), 4)
 
 
 def test_every_kernel_of_the_file_is_named():
@@ -252,7 +252,7 @@ def test_gpu_exact_bits_on_random_permutes():
         rng.shuffle(dims)
         es = rng.choice([1, 2, 4, 8])
         p = _plan(shape, dims, es)
-        if p.kind not in ("rows", "tiles", "transpose2d") or staged.staged_launch(p.sizes, p.in_strides, es) is None:
+        if p.kind not in ("rows", "tiles", "transpose2d") or choose.staged_launch(p.sizes, p.in_strides, es) is None:
             continue
         check_permute_exact(random_bits(shape, DTYPES[es], "cuda", seed=done), dims, "cuda-staged")
         done += 1

@@ -134,16 +134,16 @@ def _staged_lines(p, size) -> list[str]:
     """The staged permute's box (backend cuda-staged) and its cost model's terms, or why it cannot take it."""
     if p.kind not in ("rows", "tiles", "transpose2d"):
         return []
-    from tileflip.plan import cost, device, staged
+    from tileflip.plan import choose, cost, device
 
-    go = staged.staged_launch(p.sizes, p.in_strides, size)
+    go = choose.staged_launch(p.sizes, p.in_strides, size)
     head = "CUDA staged permute (backend cuda-staged; kernels/cuda/permute_staged.cu):"
     if go is None:
-        return [head, f"  cannot take it: {staged.staged_refusal(p.sizes, p.in_strides, size)}"]
+        return [head, f"  cannot take it: {choose.staged_refusal(p.sizes, p.in_strides, size)}"]
     ext = " x ".join(f"dim {d} ({go.extents[d]})" for d in range(len(go.extents)) if go.extents[d] > 1) or "one element"
     cut = ", ".join(f"dim {d} cut to {go.extents[d]} of {p.sizes[d]}" for d in sorted({go.cut_in, go.cut_out} - {-1}))
     dev, card = device.constants()
-    m = cost.predict(p.sizes, go, dev)
+    m = cost.predict(p.sizes, p.in_strides, go, dev)
 
     def seg(dims):
         return " x ".join(f"dim {d} ({go.extents[d]})" for d in dims)

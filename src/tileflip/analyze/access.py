@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tileflip.plan import cdiv
+from tileflip.plan.sectors import partial_sectors
 
 WARP = 32
 SECTOR = 32
@@ -130,20 +131,6 @@ def global_rows(addr: np.ndarray, width: int) -> dict:
         "useful": count_distinct(addr) * width,
         "partial": partial_sectors(addr, width),
     }
-
-
-def partial_sectors(addr: np.ndarray, width: int) -> np.ndarray:
-    """Per instruction: sectors the instruction covers only in part (fewer than 32 bytes of it)."""
-    rows, lanes = addr.shape
-    s = np.sort(addr, axis=1)
-    first = np.ones_like(s, dtype=bool)
-    first[:, 1:] = s[:, 1:] != s[:, :-1]
-    keep = first & (s >= 0)
-    row_of = np.repeat(np.arange(rows, dtype=np.int64), lanes).reshape(rows, lanes)[keep]
-    # (row, sector) as one key: sector indices stay below 2**36 for any tensor a GPU holds.
-    keys, bytes_in = np.unique(row_of * (1 << 36) + s[keep] // SECTOR, return_counts=True)
-    partial = bytes_in * width < SECTOR
-    return np.bincount(keys[partial] >> 36, minlength=rows)
 
 
 def shared_rows(addr: np.ndarray, width: int) -> dict:

@@ -38,6 +38,12 @@ TURNAROUND_WARPS = 8
 TURNAROUND_BLOCKS = (512, 1024, 2048)
 # Request-size check: bytes per CTA per iteration of the one-element-per-lane copies.
 REQUEST_CHECK_BYTES = 4096
+# Run efficiency: reads (or writes) in runs of RUN_BYTES each, every run alone in its 128-byte lines (runs
+# RUN_GAP_MIN bytes apart at least), the other side contiguous; RUN_USEFUL_BYTES moved in all.
+RUN_BYTES = (32, 64, 128, 256, 512, 1024, 2048)
+RUN_GAP_MIN = 256
+RUN_USEFUL_BYTES = 256 << 20
+RUN_TILE_ELEMENTS = 4096
 # Resident CTAs per SM by compute capability (CUDA programming guide, table of technical limits).
 MAX_CTAS_PER_SM = {(7, 5): 16, (8, 6): 16, (8, 7): 16, (8, 9): 24, (12, 0): 24}
 
@@ -65,6 +71,19 @@ if triton is not None:
         for b in tl.range(tl.program_id(0), n_blocks, tl.num_programs(0), num_stages=1):
             offs = (b.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)) * stride
             tl.store(dst + offs, tl.load(src + offs))
+
+
+    @triton.jit
+    def _copy_runs(src, dst, RUN: tl.constexpr, STRIDE: tl.constexpr, RUNS: tl.constexpr,
+                   SPREAD_WRITES: tl.constexpr):
+        # RUNS runs of RUN fp32 each: read from runs STRIDE elements apart into a contiguous block, or
+        # (SPREAD_WRITES) read contiguous and written to runs STRIDE apart.
+        r = (tl.program_id(0).to(tl.int64) * RUNS + tl.arange(0, RUNS).to(tl.int64))[:, None]
+        j = tl.arange(0, RUN)[None, :]
+        if SPREAD_WRITES:
+            tl.store(dst + r * STRIDE + j, tl.load(src + r * RUN + j))
+        else:
+            tl.store(dst + r * RUN + j, tl.load(src + r * STRIDE + j))
 
 
 def max_sm_clock(props) -> tuple[float | None, str]:
@@ -206,6 +225,57 @@ def cta_turnaround(timer: Timer, sms: int, max_ctas: int):
     return max(0.0, statistics.median(estimates)), points
 
 
+def _run_point(timer: Timer, t0: float, run: int) -> dict:
+    """Seconds of copies of RUN_USEFUL_BYTES with reads, or writes, in runs of ``run`` bytes, and of the same
+    copy contiguous on both sides; the efficiencies they give."""
+    useful = RUN_USEFUL_BYTES // 4
+    run_el = run // 4
+    stride_el = max(2 * run, RUN_GAP_MIN) // 4
+    runs = useful // run_el
+    tile_runs = max(1, RUN_TILE_ELEMENTS // run_el)
+    grid = (runs // tile_runs,)
+    contiguous = torch.arange(useful, device="cuda", dtype=torch.float32)
+    spread = torch.zeros(runs * stride_el, device="cuda", dtype=torch.float32)
+    spread_view = spread.view(runs, stride_el)[:, :run_el]
+    spread_view.copy_(contiguous.view(runs, run_el))
+    out = torch.empty_like(contiguous)
+    ref = torch.empty_like(contiguous)
+
+    def copy(a, b, stride, spread_writes):
+        return lambda: _copy_runs[grid](a, b, RUN=run_el, STRIDE=stride, RUNS=tile_runs, SPREAD_WRITES=spread_writes)
+
+    t_read = timer(copy(spread, out, stride_el, False))
+    t_write = timer(copy(contiguous, spread, stride_el, True))
+    t_ref = timer(copy(contiguous, ref, run_el, False))
+    if not (torch.equal(out, contiguous) and torch.equal(ref, contiguous)
+            and torch.equal(spread_view, contiguous.view(runs, run_el))):  # fmt: skip
+        raise RuntimeError(f"the copy of {run}-byte runs is wrong")
+    side = (t_ref - t0) / 2
+    point = {"run_bytes": run, "stride_bytes": stride_el * 4, "seconds_read_spread": t_read,
+             "seconds_write_spread": t_write, "seconds_contiguous": t_ref}  # fmt: skip
+    for name, t in (("read", t_read), ("write", t_write)):
+        point[f"{name}_efficiency"] = min(1.0, side / max(t - t0 - side, 1e-12))
+    return point
+
+
+def run_efficiency(timer: Timer, t0: float) -> tuple[dict, list]:
+    """DRAM efficiency of reads and of writes in runs of each of RUN_BYTES, every run alone in its 128-byte
+    lines, the other side contiguous: {"read": {bytes: e}, "write": {bytes: e}}, e the share of the spread
+    side's time that moving the bytes contiguously takes. The same kernel with contiguous runs on both sides
+    is the reference, so the kernel's own overhead cancels: t_ref / 2 per side, and e = (t_ref / 2) /
+    (t - t_ref / 2), times net of t0."""
+    if triton is None:
+        raise RuntimeError("triton is not installed")
+    effs, points = {"read": {}, "write": {}}, []
+    for run in RUN_BYTES:
+        point = _run_point(timer, t0, run)
+        for name in effs:
+            effs[name][str(run)] = point[f"{name}_efficiency"]
+        points.append(point)
+        torch.cuda.empty_cache()
+    return effs, points
+
+
 def request_size_check(timer: Timer, t0: float, copy_1gib: float, sms: int, max_ctas: int) -> dict:
     """Fraction of copy of one-element-per-lane copies with 2- and 4-byte elements (no constant)."""
     if triton is None:
@@ -290,6 +360,10 @@ def run(out: Path = DEFAULT_OUT, *, reps: int = 30, print_json: bool = False, dr
         ("cta_latency_s", lambda: cta_latency(timer, t0, copy_bw, t_1gib, dev["sm_count"], dev["max_ctas_per_sm"]),
          "Triton persistent one-warp CTAs (4, 8, 16 per SM) copying 1 GiB in 512-element blocks: median of "
          "Q (1/f - 1) / (copy_bw/2/SMs)"),
+        ("run_efficiency", lambda: run_efficiency(timer, t0),
+         f"Triton copies of {RUN_USEFUL_BYTES >> 20} MiB fp32 in {RUN_TILE_ELEMENTS}-element tiles, one side in "
+         f"runs of {RUN_BYTES} bytes (each alone in its 128-byte lines), against the same copy contiguous on both sides"
+         ": (t_ref/2) / (t - t_ref/2), net of t0"),
         ("cta_turnaround_s", lambda: cta_turnaround(timer, dev["sm_count"], dev["max_ctas_per_sm"]),
          f"Triton 1 GiB fp32 copies, {TURNAROUND_WARPS}-warp CTAs, blocks of {TURNAROUND_BLOCKS} elements: median "
          "of (t one block per CTA - t persistent CTAs) / (blocks / (SMs x CTAs per SM))"),
@@ -326,6 +400,8 @@ def run(out: Path = DEFAULT_OUT, *, reps: int = 30, print_json: bool = False, dr
                 "l2_read_sectors_per_s", "cta_latency_s", "cta_turnaround_s", "global_requests_per_s", "sm_clock_hz",
                 "l2_cache_bytes"):
         print(f"{key:<28}{result.get(key, float('nan')):.4g}")
+    for side, table in (result.get("run_efficiency") or {}).items():
+        print(f"{side} efficiency by run bytes: " + ", ".join(f"{k}: {v:.2f}" for k, v in table.items()))
     for name, point in measurements.get("request_size_check", {}).items():
         if isinstance(point, dict):
             print(f"request size check {name}: {point['bytes_per_request']} B/request, "

@@ -23,8 +23,9 @@ import torch
 from tileflip import tuning
 from tileflip.kernels.dtypes import as_width
 from tileflip.plan import regrouped as plan_regrouped
+from tileflip.plan.choose import staged_launch, staged_refusal
+from tileflip.plan.device import card_of
 from tileflip.plan.launch import SECTOR_BYTES, shift_refusal, split_refusal, thin_refusal
-from tileflip.plan.staged import staged_launch, staged_refusal
 
 BACKENDS = ("auto", "triton", "triton-gather", "cuda-naive", "cuda-tiled", "cuda-tiled-nopad", "cuda-vec", "torch")
 TRITON_BACKENDS = ("triton", "triton-gather")
@@ -189,10 +190,20 @@ def permute_refusal(backend: str, x, p, out=None) -> str | None:
     return None
 
 
+@lru_cache(maxsize=16)
+def _card_of(index: int) -> str:
+    return card_of(torch.cuda.get_device_name(index))
+
+
+def card_of_device(x) -> str | None:
+    """The device constants' card of x's GPU (``tileflip.plan.device.card_of``), None off the GPU."""
+    return _card_of(x.get_device()) if x.is_cuda else None
+
+
 def _alignments(x, out) -> tuple[int, int]:
-    """The largest powers of two, at most 16, that divide x's and out's addresses (bytes)."""
-    a = x.data_ptr() | 16
-    b = (out.data_ptr() if out is not None else 0) | 16
+    """The largest powers of two, at most a sector (32), that divide x's and out's addresses (bytes)."""
+    a = x.data_ptr() | 32
+    b = (out.data_ptr() if out is not None else 0) | 32
     return a & -a, b & -b
 
 
@@ -226,7 +237,7 @@ def launch_permute(x, out, p, backend: str = "triton") -> None:
     es = x.element_size()
     alignment = pointer_alignment(x, out) if p.kind == "rows" else 16
     if backend == "cuda-staged":
-        strategy, go = "staged", _staged_launch(p.sizes, p.in_strides, es, *_alignments(x, out))
+        strategy, go = "staged", _staged_launch(p.sizes, p.in_strides, es, *_alignments(x, out), card_of_device(x))
     elif backend == "cuda-realign":
         strategy, go = "realign", _realign_candidate(p, es)
     elif backend == "cuda-thin":

@@ -6,6 +6,7 @@ that measures its own. Pure Python, no torch."""
 from __future__ import annotations
 
 import json
+import math
 import re
 import warnings
 from functools import lru_cache
@@ -55,3 +56,21 @@ def constants(card: str | None = None) -> tuple[dict, str]:
     """(constants, the card they were measured on) for ``card`` (a file stem such as ``"h100"``; default
     ``DEFAULT_CARD``)."""
     return _constants(card or DEFAULT_CARD)
+
+
+def run_efficiency(dev: dict, side: str, nbytes: float) -> float:
+    """The DRAM efficiency of ``side`` ("read" or "write") moving runs of ``nbytes`` (whole sectors) that
+    share no 128-byte line with another run: the card's measured table (``run_efficiency`` in its file),
+    linear in log2 of the length between the lengths measured, the nearest measured beyond them. A file
+    without the table (measured before it was) gives 1: runs cost their sectors alone."""
+    table = (dev.get("run_efficiency") or {}).get(side)
+    if not table:
+        return 1.0
+    points = sorted((math.log2(int(k)), float(v)) for k, v in table.items())
+    x = math.log2(max(nbytes, 1.0))
+    if x <= points[0][0]:
+        return points[0][1]
+    for (x0, y0), (x1, y1) in zip(points, points[1:]):
+        if x <= x1:
+            return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+    return points[-1][1]

@@ -26,15 +26,12 @@ STAGES = 3  # STAGED_STAGES: buffers a block cycles through
 DIMS = 8  # STAGED_DIMS
 UNCUT = 65535  # STAGED_UNCUT
 VECTOR_BYTES = 16
+ALIGN_BYTES = 32  # pointers' alignment as the plan sees it: a sector's, beyond which no count changes
 MIN_VECTOR_BYTES = 4  # narrower accesses meet the memory system's request rate before its bandwidth
 INT32_LIMIT = 2**31
-# Segment lengths (bytes) a box may aim at on each side; every pair is tried and scored (``box_score``).
+# Segment lengths (bytes) a box may aim at on each side; every pair is tried and the cost model scores it.
 SEGMENT_TARGETS = (64, 128, 256, 512, 1024, 2048, 4096)
-# The memory's access granule: L2 moves DRAM data 64 bytes (two sectors) at a time.
-DRAM_BYTES = 64
 SECTOR_BYTES = 32  # a store instruction's lanes on one segment write whole sectors
-# A box of fewer bytes than this pays its barrier and its decode over too few bytes (``box_score``).
-FULL_BOX_BYTES = 4096
 
 
 @dataclass(frozen=True)
@@ -155,24 +152,6 @@ def staged_boxes(sizes, in_strides, element_size: int) -> list:
     return sorted(boxes)
 
 
-def staged_launch(sizes, in_strides, element_size: int, in_align: int = VECTOR_BYTES,
-                  out_align: int = VECTOR_BYTES) -> StagedLaunch | None:  # fmt: skip
-    """The staged kernel's launch of a plan's merged ``sizes`` and ``in_strides`` (elements, output order),
-    with x and out at addresses aligned to ``in_align`` and ``out_align`` bytes: the best-scored
-    (``box_score``) of the boxes ``staged_boxes`` offers; None where it cannot take any (``staged_refusal``
-    says why)."""
-    scored = []
-    for extents in staged_boxes(sizes, in_strides, element_size):
-        go = _launch_for(sizes, in_strides, element_size, in_align, out_align, extents)
-        if go is not None:
-            scored.append((-box_score(sizes, go), extents, go))
-    for _, _, go in sorted(scored, key=lambda t: t[:2]):
-        laid = buffer_layout(sizes, go)
-        if laid is not None:
-            return replace(laid, vector_gather=in_order(sizes, laid))
-    return None
-
-
 def in_order(sizes, go: StagedLaunch) -> bool:
     """Whether every store vector of ``go``'s boxes lies in order in the buffer from a VO-aligned byte."""
     import numpy as np
@@ -184,26 +163,7 @@ def in_order(sizes, go: StagedLaunch) -> bool:
     return bool(np.all(at[:, :1] % go.vo == 0) and np.all(at - at[:, :1] == es * np.arange(at.shape[1])))
 
 
-def box_score(sizes, go: StagedLaunch) -> float:
-    """How well a box moves its bytes, as a fraction: each side's segment against the DRAM granules it
-    touches (a segment of whole granules that starts on one touches no more; another's ends fall anywhere
-    in a granule, half a granule more on average), the share of boxes' elements that lie in the tensor (the
-    last box along a cut is partly outside), and the box's bytes against FULL_BOX_BYTES."""
-    es = go.element_size
-
-    def sectors(length, width):
-        if length % DRAM_BYTES == 0 and width == VECTOR_BYTES:
-            return 1.0
-        return length / (DRAM_BYTES * cdiv(length, DRAM_BYTES) + DRAM_BYTES / 2)
-
-    inside = 1.0
-    for d in {go.cut_in, go.cut_out} - {-1}:
-        inside *= sizes[d] / (cdiv(sizes[d], go.extents[d]) * go.extents[d])
-    fill = min(1.0, go.box_elements * es / FULL_BOX_BYTES)
-    return sectors(go.len_in() * es, go.vi) * sectors(go.len_out() * es, go.vo) * inside * fill
-
-
-def _launch_for(sizes, in_strides, es, in_align, out_align, extents):
+def launch_for(sizes, in_strides, es, in_align, out_align, extents):
     n = len(sizes)
     if _product(extents) * es > BOX_BYTES:
         return None
@@ -241,17 +201,6 @@ def _launch_for(sizes, in_strides, es, in_align, out_align, extents):
         return None
     return StagedLaunch(es, tuple(extents), seg_in, seg_out, cut_in, cut_out, vi, vo, seg_order, len_in, 0, 0, 32,
                         tile_dims, tiles)  # fmt: skip
-
-
-def staged_refusal(sizes, in_strides, element_size: int, in_align: int = VECTOR_BYTES,
-                   out_align: int = VECTOR_BYTES) -> str | None:  # fmt: skip
-    """Why the staged kernel cannot take a plan (None: it can)."""
-    if staged_launch(sizes, in_strides, element_size, in_align, out_align) is not None:
-        return None
-    if not any(s == 1 for s in in_strides):
-        return "one input dimension must have stride 1"
-    return (f"no box of at most {BOX_BYTES} bytes moves whole vectors of at least {MIN_VECTOR_BYTES} bytes on both "
-            "sides: a segment's length, a stride or a pointer is not a multiple of 4 bytes")  # fmt: skip
 
 
 def staged_fields(sizes, in_strides, go: StagedLaunch) -> dict:
@@ -374,6 +323,41 @@ def store_places(sizes, go: StagedLaunch):
     seg_r, seg_c = _decode(q, [ext[d] for d in go.seg_out], ([rows[d] for d in go.seg_out],
                                                              [cols[d] for d in go.seg_out]))  # fmt: skip
     return base_r[:, None] + seg_r, base_c[:, None] + seg_c, live
+
+
+def store_offsets(sizes, go: StagedLaunch):
+    """(offsets, live): every store slot's vector's byte offset in the output from its box's first element,
+    slot u taken by thread u % THREADS, and which slots take a vector."""
+    import numpy as np
+
+    n = len(sizes)
+    es, ext = go.element_size, go.extents
+    ve = go.vo // es
+    out_strides = contiguous_strides(sizes)
+    oout = [d for d in reversed(range(n)) if (ext[d] > 1 or d in go.seg_in or d in go.seg_out) and d not in go.seg_out]
+    vps = go.len_out() // ve
+    g, k = store_order(go, _product(ext[d] for d in oout), vps, THREADS * (BOX_BYTES // (THREADS * go.vo)))
+    (base,) = _decode(np.maximum(g, 0), [ext[d] for d in oout], ([out_strides[d] for d in oout],))
+    (along,) = _decode(np.maximum(k, 0) * ve, [ext[d] for d in go.seg_out], ([out_strides[d] for d in go.seg_out],))
+    return (base + along) * es, g >= 0
+
+
+def segment_runs(sizes, strides, go: StagedLaunch, side: str, align: int) -> tuple:
+    """A side's segments as the memory sees them: ((length in bytes, share of the tensor's elements), ...)
+    (the last box along a cut inside the segment has shorter ones), and the byte steps between their
+    starts (the pointer's alignment, the strides of the other dimensions, a box along the cut)."""
+    es, ext = go.element_size, go.extents
+    seg, cut = (go.seg_in, go.cut_in) if side == "read" else (go.seg_out, go.cut_out)
+    length = _product(ext[d] for d in seg) * es
+    steps = [align] + [strides[d] * es for d in range(len(sizes)) if d not in seg and sizes[d] > 1]
+    runs = [(length, 1.0)]
+    if cut >= 0 and cut in seg and sizes[cut] > ext[cut]:
+        steps.append(ext[cut] * strides[cut] * es)
+        last = sizes[cut] - (cdiv(sizes[cut], ext[cut]) - 1) * ext[cut]
+        if last < ext[cut]:
+            share = last / sizes[cut]
+            runs = [(length, 1.0 - share), (length // ext[cut] * last, share)]
+    return tuple(runs), tuple(steps)
 
 
 def load_places(sizes, go: StagedLaunch):
