@@ -157,7 +157,8 @@ def _staged_lines(p, size) -> list[str]:
         f"{' (gathered whole)' if go.vector_gather else ''}",
         f"  buffer: rows of {go.pitch} elements, row r turned by (r >> {go.shift}) x {go.rot}; {go.lanes_seg} lanes "
         "on each output segment",
-        f"  model ({card}): {terms}; bound by {m['bound']}; {m['instructions_per_byte']:.2f} lane instructions and "
+        f"  model ({card}{'' if dev.get('run_efficiency') else ', sectors alone: no run efficiencies measured'}): "
+        f"{terms}; bound by {m['bound']}; {m['instructions_per_byte']:.2f} lane instructions and "
         f"{m['wavefronts_per_box'] / (go.box_elements * size):.3f} wavefronts a byte; predicted "
         f"{m['fraction_of_copy']:.0%} of copy",
     ]
