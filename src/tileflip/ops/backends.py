@@ -174,6 +174,9 @@ def permute_refusal(backend: str, x, p, out=None) -> str | None:
             return NVRTC_MISSING
         if p.kind not in ("rows", "tiles", "transpose2d"):
             return f"it moves boxes of an N-D permute, not a plan of kind {p.kind!r}"
+        # the launch the call will take (cached per plan), so that a call that can go plans its box once
+        if _staged_launch(p.sizes, p.in_strides, es, *_alignments(x, out), card_of_device(x)) is not None:
+            return None
         return staged_refusal(p.sizes, p.in_strides, es, *_alignments(x, out))
     if es not in tuning.REALIGN_SIZES:
         return f"it moves 1- and 2-byte elements, got {es}-byte ones"

@@ -6,16 +6,15 @@ from __future__ import annotations
 from dataclasses import replace
 
 from tileflip.plan import cost, device
-from tileflip.plan.grid import cdiv
 from tileflip.plan.staged import (
     ALIGN_BYTES,
     BOX_BYTES,
     MIN_VECTOR_BYTES,
-    THREADS,
     StagedLaunch,
-    buffer_layout,  # fmt: skip
+    buffer_layout,
     in_order,
     launch_for,
+    order_fits,
     staged_boxes,
 )
 
@@ -47,12 +46,10 @@ def widest_lanes(go: StagedLaunch) -> int:
     """The most lanes of a warp that one output segment's consecutive store vectors can take (32, or the
     segment's vectors rounded up to a power of two) with every vector of the box in a store slot."""
     vps = go.len_out() // (go.vo // go.element_size)
-    nseg = go.box_elements // go.len_out()
-    slots = THREADS * (BOX_BYTES // (THREADS * go.vo))
     lanes = 1
     while lanes < min(32, vps):
         lanes *= 2
-    while lanes > 1 and cdiv(nseg, 32 // lanes) * (32 // lanes) * cdiv(vps, lanes) * lanes > slots:
+    while lanes > 1 and not order_fits(go, lanes):
         lanes //= 2
     return lanes
 

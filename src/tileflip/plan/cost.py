@@ -62,12 +62,13 @@ def side_time(sizes, strides, go: StagedLaunch, dev: dict, side: str, align: int
     return traffic / dev["copy_bandwidth_bytes_per_s"]
 
 
-def partial_writes(sizes, go: StagedLaunch, out_align: int) -> float:
+def partial_writes(sizes, go: StagedLaunch, out_align: int, slots=None) -> float:
     """Sectors the stores of every box cover only in part, each box's store addresses counted at every
-    offset within a sector that box starts take."""
+    offset within a sector that box starts take (``slots``: ``store_offsets(sizes, go)``, where the caller
+    has them)."""
     import numpy as np
 
-    at, live = store_offsets(sizes, go)
+    at, live = slots if slots is not None else store_offsets(sizes, go)
     out_strides = contiguous_strides(sizes)
     starts = residues([out_align] + [go.extents[d] * out_strides[d] * go.element_size for d in go.tile_dims])
     lanes = np.where(live, at, -1).reshape(-1, 32)
@@ -81,13 +82,13 @@ def traffic(sizes, in_strides, go: StagedLaunch, dev: dict, in_align: int = ALIG
     persistent grid, default three a SM)."""
     t_dram = (side_time(sizes, in_strides, go, dev, "read", in_align)
               + side_time(sizes, contiguous_strides(sizes), go, dev, "write", out_align))  # fmt: skip
-    t_partial = partial_writes(sizes, go, out_align) / dev["l2_write_sectors_per_s"]
+    slots = store_offsets(sizes, go)
+    t_partial = partial_writes(sizes, go, out_align, slots) / dev["l2_write_sectors_per_s"]
 
     sms, clock = dev["sm_count"], dev["sm_clock_hz"]
     blocks = min(go.tiles, blocks or 3 * sms)
     counts = sass_table()[go.kernel]
-    _, live = store_offsets(sizes, go)
-    per_slot = live.reshape(-1, THREADS).mean(axis=1)  # the share of threads each store slot keeps busy
+    per_slot = slots[1].reshape(-1, THREADS).mean(axis=1)  # the share of threads each store slot keeps busy
     warps = THREADS // 32
     loop = counts["loop"] - sum(size * (1 - used) for size, used in zip(counts["slots"], per_slot))
     box_instr = warps * loop + counts["next_box"] + counts["next_box_dim"] * len(go.tile_dims)

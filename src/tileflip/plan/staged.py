@@ -212,11 +212,10 @@ def staged_fields(sizes, in_strides, go: StagedLaunch) -> dict:
     n = len(sizes)
     out_strides = contiguous_strides(sizes)
     ext = go.extents
-    box_dims = [d for d in range(n) if ext[d] > 1 or d in go.seg_in or d in go.seg_out]
     ve_in, ve_out = go.vi // es, go.vo // es
     len_in, len_out = go.len_in(), go.len_out()
     rows, cols = buffer_strides(go, n)
-    oout = [d for d in reversed(range(n)) if d in box_dims and d not in go.seg_out]
+    oout = outside_out(go, n)
 
     def inner(seg, cut):
         return _product(ext[d] for d in seg[: seg.index(cut)]) if cut >= 0 and cut in seg else 0
@@ -290,6 +289,34 @@ def _decode(index, extents, strides_list):
     return sums
 
 
+def store_slots(go: StagedLaunch) -> int:
+    """Store slots of a box: every thread's share of BOX_BYTES in store vectors."""
+    return THREADS * (BOX_BYTES // (THREADS * go.vo))
+
+
+def order_fits(go: StagedLaunch, lanes: int) -> bool:
+    """Whether the store order with ``lanes`` lanes on each output segment puts every store vector of a box
+    in a slot (``store_order``)."""
+    vps = go.len_out() // (go.vo // go.element_size)
+    nseg = go.box_elements // go.len_out()
+    return cdiv(nseg, 32 // lanes) * (32 // lanes) * cdiv(vps, lanes) * lanes <= store_slots(go)
+
+
+def outside_out(go: StagedLaunch, n: int) -> list:
+    """The box dimensions outside the output segment, in output order, fastest first (the kernel's oout)."""
+    ext = go.extents
+    return [d for d in reversed(range(n)) if (ext[d] > 1 or d in go.seg_in or d in go.seg_out) and d not in go.seg_out]
+
+
+def _slots_of(go: StagedLaunch, n: int) -> tuple:
+    """(oout, segment, position): which output segment (over ``outside_out``) and which vector of it each
+    store slot of a box takes (``store_order``), -1 for none."""
+    oout = outside_out(go, n)
+    vps = go.len_out() // (go.vo // go.element_size)
+    g, k = store_order(go, _product(go.extents[d] for d in oout), vps, store_slots(go))
+    return oout, g, k
+
+
 def store_order(go: StagedLaunch, nseg: int, vps: int, slots: int):
     """(segment, vector) each store slot takes (``store_order`` of the kernel), -1 where it takes none."""
     import numpy as np
@@ -315,10 +342,7 @@ def store_places(sizes, go: StagedLaunch):
     rows, cols = buffer_strides(go, n)
     es, ext = go.element_size, go.extents
     ve = go.vo // es
-    oout = [d for d in reversed(range(n)) if (ext[d] > 1 or d in go.seg_in or d in go.seg_out) and d not in go.seg_out]
-    vps = go.len_out() // ve
-    nseg = _product(ext[d] for d in oout)
-    g, k = store_order(go, nseg, vps, THREADS * (BOX_BYTES // (THREADS * go.vo)))
+    oout, g, k = _slots_of(go, n)
     live = g >= 0
     base_r, base_c = _decode(np.maximum(g, 0), [ext[d] for d in oout], ([rows[d] for d in oout],
                                                                           [cols[d] for d in oout]))  # fmt: skip
@@ -337,9 +361,7 @@ def store_offsets(sizes, go: StagedLaunch):
     es, ext = go.element_size, go.extents
     ve = go.vo // es
     out_strides = contiguous_strides(sizes)
-    oout = [d for d in reversed(range(n)) if (ext[d] > 1 or d in go.seg_in or d in go.seg_out) and d not in go.seg_out]
-    vps = go.len_out() // ve
-    g, k = store_order(go, _product(ext[d] for d in oout), vps, THREADS * (BOX_BYTES // (THREADS * go.vo)))
+    oout, g, k = _slots_of(go, n)
     (base,) = _decode(np.maximum(g, 0), [ext[d] for d in oout], ([out_strides[d] for d in oout],))
     (along,) = _decode(np.maximum(k, 0) * ve, [ext[d] for d in go.seg_out], ([out_strides[d] for d in go.seg_out],))
     return (base + along) * es, g >= 0
@@ -440,15 +462,13 @@ def buffer_layout(sizes, go: StagedLaunch) -> StagedLaunch:
     ve = go.vi // es
     rows = _product(go.extents[d] for d in go.seg_order)
     vps = go.len_out() // (go.vo // es)
-    nseg = go.box_elements // go.len_out()
-    slots = THREADS * (BOX_BYTES // (THREADS * go.vo))
     best, best_cost = None, None
     for lanes in (32, 16, 8, 4, 2, 1):
         if lanes * go.vo < SECTOR_BYTES and lanes < vps:
             break
         if lanes > 1 and lanes // 2 >= vps:
             continue  # a narrower group holds the whole segment as well
-        if cdiv(nseg, 32 // lanes) * (32 // lanes) * cdiv(vps, lanes) * lanes > slots:
+        if not order_fits(go, lanes):
             continue
         ordered = replace(go, lanes_seg=lanes)
         places = store_places(sizes, ordered)
