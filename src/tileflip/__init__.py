@@ -5,13 +5,16 @@ so the public operations are loaded on first use.
 """
 
 __version__ = "0.1.0"
-__all__ = ["transpose", "permute", "cast_transpose", "quantize", "distributed"]
+__all__ = ["transpose", "permute", "cast_transpose", "quantize", "distributed", "enable", "disable", "enabled"]
 
 _HOMES = {
     "transpose": "tileflip.ops.transpose",
     "permute": "tileflip.ops.permute",
     "cast_transpose": "tileflip.ops.cast",
     "quantize": "tileflip.ops.quantize",
+    "enable": "tileflip.ops.enable",
+    "disable": "tileflip.ops.enable",
+    "enabled": "tileflip.ops.enable",
 }
 
 
@@ -33,3 +36,15 @@ def __getattr__(name):
 
 def __dir__():
     return sorted(__all__ + ["__version__"])
+
+
+def _enable_from_environment():
+    import os
+
+    if os.environ.get("TILEFLIP_ENABLE", "") not in ("", "0"):  # torch is imported only where it is asked for
+        import importlib
+
+        importlib.import_module("tileflip.ops.enable").from_environment()
+
+
+_enable_from_environment()

@@ -151,6 +151,32 @@ def read_sector_rate(timer: Timer, t0: float, copy_bw: float) -> tuple[float, di
     return n / (t - t0), note
 
 
+TORCH_COPY_BYTES = 256 << 20
+TORCH_COPY_RUN_BYTES = 4096
+TORCH_COPY_DTYPES = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def torch_copy_rate(timer: Timer, t0: float, copy_bw: float) -> tuple[dict, dict]:
+    """Elements a second of PyTorch's strided copy, per element size: ``out.copy_(x.permute(1, 0, 2))`` of
+    TORCH_COPY_BYTES whose reads and writes are runs of TORCH_COPY_RUN_BYTES, so that only the kernel's
+    per-element work bounds it (``tileflip.plan.torchcopy``)."""
+    rates, notes = {}, {}
+    for es, dtype in TORCH_COPY_DTYPES.items():
+        run = TORCH_COPY_RUN_BYTES // es
+        rows = TORCH_COPY_BYTES // (2 * TORCH_COPY_RUN_BYTES)
+        x = torch.randint(-100, 100, (2, rows, run), device="cuda").to(dtype)
+        out = torch.empty((rows, 2, run), dtype=dtype, device="cuda")
+        out.copy_(x.permute(1, 0, 2))
+        if not torch.equal(out, x.permute(1, 0, 2)):
+            raise RuntimeError("copy_ of the permuted view is wrong")
+        t = timer(lambda out=out, x=x: out.copy_(x.permute(1, 0, 2)))
+        n = x.numel()
+        rates[str(es)] = n / (t - t0)
+        notes[str(es)] = {"seconds": t, "elements": n, "fraction_of_copy": 2 * n * es / copy_bw / (t - t0)}
+        del x, out
+    return rates, notes
+
+
 def cta_latency(timer: Timer, t0: float, copy_bw: float, copy_1gib: float, sms: int, max_ctas: int):
     if triton is None:
         raise RuntimeError("triton is not installed")
@@ -357,6 +383,9 @@ def run(out: Path = DEFAULT_OUT, *, reps: int = 30, print_json: bool = False, dr
          f"dst.scatter_(0, transposed idx, src), {MATRIX}^2 fp32: one element per sector, elements / time"),
         ("l2_read_sectors_per_s", lambda: read_sector_rate(timer, t0, copy_bw),
          f"out.copy_(x.t()), {MATRIX}^2 fp32: one element per sector read, elements / time"),
+        ("torch_copy_elements_per_s", lambda: torch_copy_rate(timer, t0, copy_bw),
+         f"out.copy_(x.permute(1, 0, 2)), {TORCH_COPY_BYTES >> 20} MiB of 1-, 2-, 4- and 8-byte integers in runs of "
+         f"{TORCH_COPY_RUN_BYTES} bytes: elements / (time - t0)"),
         ("cta_latency_s", lambda: cta_latency(timer, t0, copy_bw, t_1gib, dev["sm_count"], dev["max_ctas_per_sm"]),
          "Triton persistent one-warp CTAs (4, 8, 16 per SM) copying 1 GiB in 512-element blocks: median of "
          "Q (1/f - 1) / (copy_bw/2/SMs)"),
@@ -400,6 +429,8 @@ def run(out: Path = DEFAULT_OUT, *, reps: int = 30, print_json: bool = False, dr
                 "l2_read_sectors_per_s", "cta_latency_s", "cta_turnaround_s", "global_requests_per_s", "sm_clock_hz",
                 "l2_cache_bytes"):
         print(f"{key:<28}{result.get(key, float('nan')):.4g}")
+    for es, rate in (result.get("torch_copy_elements_per_s") or {}).items():
+        print(f"torch strided copy, {es}-byte elements: {rate:.4g} elements/s")
     for side, table in (result.get("run_efficiency") or {}).items():
         print(f"{side} efficiency by run bytes: " + ", ".join(f"{k}: {v:.2f}" for k, v in table.items()))
     for name, point in measurements.get("request_size_check", {}).items():
