@@ -8,7 +8,7 @@ autograd the override sits below the autograd kernel, so gradients and version c
 
 A call is taken only where it is a dense layout change that tileflip moves faster; everything else goes
 to PyTorch's kernel unchanged, decided from the tensors' metadata before the planner is asked
-(``decline_reason``). The registration is process-wide: ``enabled()`` is not thread-local.
+(``_route``). The registration is process-wide: ``enabled()`` is not thread-local.
 """
 
 from __future__ import annotations
@@ -25,19 +25,20 @@ from tileflip import plan, tuning
 from tileflip.kernels.dtypes import ELEMENT_SIZE
 from tileflip.ops.backends import card_of_device, launch_permute, moved_as, on_device_of
 from tileflip.plan import device as plan_device
+from tileflip.plan.launch import product
 from tileflip.plan.torchcopy import torch_copy_terms
 
 OP = "aten::copy_"
 ENV = "TILEFLIP_ENABLE"
 
 # The host time a taken call adds to PyTorch's own (seconds): the planner's cached lookups and a Triton or
-# NVRTC launch from Python, against PyTorch's C++ launch (tileflip bench --suite enable measures it). A call
-# whose predicted device-time gain is smaller goes to PyTorch's kernel.
+# NVRTC launch from Python, against PyTorch's C++ launch. A stated estimate, not yet measured on a device. A
+# call whose predicted device-time gain is smaller goes to PyTorch's kernel.
 ADDED_HOST_S = 15e-6
 
 _lock = threading.RLock()
 _inside = threading.local()  # set while a taken call runs: tileflip's own copies go to PyTorch's kernel
-_installed: dict = {}  # {"lib": Library, "original": kernel, "key": dispatch key} while enabled
+_installed: dict = {}  # {"lib": Library, "key": dispatch key} while enabled
 _launched: set = set()  # (plan, dtype) of the calls taken so far: their kernels are compiled and loaded
 counts: Counter = Counter()  # "taken" and each decline reason, since the last enable()
 
@@ -131,7 +132,7 @@ def _install(key: str) -> None:
         lib = torch.library.Library("aten", "IMPL")  # noqa: TOR901 - an override of aten's own kernel
         lib.impl("copy_", copy_, key)
         counts.clear()
-        _installed.update(lib=lib, original=original, key=key)
+        _installed.update(lib=lib, key=key)
 
 
 def _wrapped(value) -> torch.Tensor:
@@ -187,7 +188,7 @@ def _route(dst, src, non_blocking: bool, device_type: str):
     p = _plan(tuple(x.shape), tuple(x.stride()), es)
     if p.kind == "copy":
         return "no layout change"
-    if _slower(p, es, n, card, ADDED_HOST_S):
+    if _slower(p, es, card, ADDED_HOST_S):
         return "predicted no faster"
     return x, out, p
 
@@ -209,7 +210,7 @@ def _plan(shape, strides, es):
 
 
 @lru_cache(maxsize=256)
-def _slower(p, es: int, n: int, card, added_host_s: float) -> bool:
+def _slower(p, es: int, card, added_host_s: float) -> bool:
     """Whether PyTorch's kernel is predicted to move this layout at least as fast as tileflip's, counting the
     host time a taken call adds. tileflip's speed is the planner's predicted fraction of
     copy for its strategy where it has one (``tuning.strategy_fractions``), else copy speed."""
@@ -217,7 +218,7 @@ def _slower(p, es: int, n: int, card, added_host_s: float) -> bool:
     theirs = torch_copy_terms(p.sizes, p.in_strides, es, dev)
     fractions = tuning.strategy_fractions(p, es)
     ours_fraction = max(fractions.values()) if fractions else 1.0
-    copy_time = 2 * n * es / dev["copy_bandwidth_bytes_per_s"] + dev["launch_overhead_s"]
+    copy_time = 2 * product(p.sizes) * es / dev["copy_bandwidth_bytes_per_s"] + dev["launch_overhead_s"]
     ours = copy_time / ours_fraction
     return theirs["time"] - ours <= added_host_s
 
