@@ -207,6 +207,102 @@ def test_torch_compile_fullgraph_traces_with_it_on():
     assert torch.equal(got, f(x))
 
 
+def test_enabled_stats_count_taken_and_declined_calls(on_cpu):
+    x = torch.arange(6 * 20 * 12, dtype=torch.float32).reshape(6, 20, 12)
+    x.permute(2, 0, 1).contiguous()
+    torch.empty(6, 20, 12, dtype=torch.float64).copy_(x)
+    torch.empty(6, 20, 12, dtype=torch.float64).copy_(x)
+    assert tileflip.enabled_stats() == {"taken": 1, "declined": {"dtype cast": 2}}
+
+
+def test_a_repeated_signature_is_decided_once(on_cpu, monkeypatch):
+    calls = []
+    route = E._route
+    monkeypatch.setattr(E, "_route", lambda *args: calls.append(1) or route(*args))
+    x = torch.arange(6 * 20 * 12, dtype=torch.float32).reshape(6, 20, 12)
+    y = torch.arange(6 * 20 * 12, dtype=torch.float32).reshape(6, 20, 12) + 1
+    for t in (x, y, x):
+        t.permute(2, 0, 1).contiguous()
+        torch.empty(6, 20, 12, dtype=torch.float64).copy_(t)
+    assert len(calls) == 2 and on_cpu["taken"] == 3 and on_cpu["dtype cast"] == 3
+    x.permute(1, 0, 2).contiguous()  # another signature
+    assert len(calls) == 3
+
+
+def test_each_new_decision_is_logged_at_debug_level(on_cpu, caplog):
+    x = torch.arange(6 * 20 * 12, dtype=torch.float32).reshape(6, 20, 12)
+    with caplog.at_level("DEBUG", logger="tileflip.enable"):
+        x.permute(2, 0, 1).contiguous()
+        x.permute(2, 0, 1).contiguous()
+        torch.empty(6, 20, 12, dtype=torch.float64).copy_(x)
+    lines = [r.getMessage() for r in caplog.records if r.name == "tileflip.enable"]
+    assert len(lines) == 2 and "taken" in lines[0] and lines[1].endswith("dtype cast"), lines
+
+
+OPINFO_OPS = ("clone", "contiguous", "reshape", "permute", "transpose", "to")
+OPINFO_DTYPES = (torch.bool, torch.int8, torch.bfloat16, torch.float32, torch.int64, torch.complex64)
+
+
+def opinfo_samples(device):
+    """(name, function) of every OpInfo sample of the ops that lay tensors out, each followed by
+    ``contiguous()``, in OPINFO_DTYPES."""
+    pytest.importorskip("expecttest")
+    from torch.testing._internal.common_methods_invocations import op_db
+
+    ops = {o.name: o for o in op_db if o.name in OPINFO_OPS and o.variant_test_name == ""}
+    assert set(ops) == set(OPINFO_OPS)
+    out = []
+    for name in OPINFO_OPS:
+        for dtype in OPINFO_DTYPES:
+            for i, s in enumerate(ops[name].sample_inputs(device, dtype)):
+                label = f"{name}-{dtype}-{i}"
+                out.append((label, lambda o=ops[name], s=s: o(s.input, *s.args, **s.kwargs).contiguous()))
+    return out
+
+
+def layouts_of(t):
+    """Dense tensors holding t's values in other layouts: contiguous, dimensions reversed in memory, the
+    last two swapped in memory."""
+    t = t.contiguous()
+    out = [t]
+    if t.dim() >= 2:
+        rev = tuple(range(t.dim() - 1, -1, -1))
+        out.append(t.permute(rev).contiguous().permute(rev))
+        swap = (*range(t.dim() - 2), t.dim() - 1, t.dim() - 2)
+        out.append(t.permute(swap).contiguous().permute(swap))
+    return out
+
+
+def check_opinfo(device, counts):
+    taken, compared = 0, 0
+    for label, fn in opinfo_samples(device):
+        want = reference(fn)
+        before = counts["taken"]
+        got = fn()
+        taken += counts["taken"] - before
+        assert got.shape == want.shape and got.stride() == want.stride(), label
+        assert torch.equal(bits(got), bits(want)), label
+        compared += 1
+        for src in layouts_of(want):
+            for dst_layout in layouts_of(want):
+                nbytes = want.numel() * want.element_size()
+                poisoned = torch.full((nbytes,), POISON[1], dtype=torch.uint8, device=device)
+                dst = poisoned.view(want.dtype).as_strided(dst_layout.shape, dst_layout.stride())
+                dst.copy_(src)
+                assert torch.equal(bits(dst), bits(want)), (label, src.stride(), dst.stride())
+    return taken, compared
+
+
+# OpInfo's samples of ``to`` include complex-to-real casts, which PyTorch warns about.
+OPINFO_WARNING = "ignore:Casting complex values to real discards the imaginary part:UserWarning"
+
+
+@pytest.mark.filterwarnings(OPINFO_WARNING)
+def test_opinfo_samples_and_copies_between_their_layouts_are_identical_with_it_on(on_cpu):
+    taken, compared = check_opinfo("cpu", on_cpu)
+    assert compared > 200 and taken > 50, (taken, compared)
+
+
 # --- the CUDA registration itself ------------------------------------------------------------------------
 
 
@@ -305,3 +401,24 @@ def test_gpu_einops_rearrange(monkeypatch):
         got = einops.rearrange(x, pattern, p1=16, p2=16)
         assert E.counts["taken"] == 1, dict(E.counts)
     assert torch.equal(bits(got), bits(want))
+
+
+@pytest.mark.gpu
+@pytest.mark.filterwarnings(OPINFO_WARNING)
+def test_gpu_opinfo_samples_and_copies_between_their_layouts(monkeypatch):
+    monkeypatch.setattr(E, "ADDED_HOST_S", 0.0)
+    monkeypatch.setattr(E, "_slower", lambda *args: False)
+    with tileflip.enabled():
+        taken, compared = check_opinfo("cuda", E.counts)
+    assert compared > 200 and taken > 50, (taken, compared)
+
+
+@pytest.mark.gpu
+def test_gpu_repeated_calls_take_the_cached_decision():
+    x = torch.randn(64, 512, 512, device="cuda", dtype=torch.bfloat16)
+    with tileflip.enabled():
+        for _ in range(3):
+            y = x.transpose(1, 2).contiguous()
+        stats = tileflip.enabled_stats()
+    assert stats["taken"] == 3, stats
+    assert torch.equal(bits(y), bits(x.transpose(1, 2).contiguous()))

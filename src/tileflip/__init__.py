@@ -5,7 +5,8 @@ so the public operations are loaded on first use.
 """
 
 __version__ = "0.1.0"
-__all__ = ["transpose", "permute", "cast_transpose", "quantize", "distributed", "enable", "disable", "enabled"]
+__all__ = ["transpose", "permute", "cast_transpose", "quantize", "distributed", "enable", "disable", "enabled",
+           "enabled_stats", "transpose_in_place"]
 
 _HOMES = {
     "transpose": "tileflip.ops.transpose",
@@ -15,6 +16,8 @@ _HOMES = {
     "enable": "tileflip.ops.enable",
     "disable": "tileflip.ops.enable",
     "enabled": "tileflip.ops.enable",
+    "enabled_stats": "tileflip.ops.enable",
+    "transpose_in_place": "tileflip.ops.inplace",
 }
 
 

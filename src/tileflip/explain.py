@@ -297,3 +297,31 @@ def _rows(p) -> int:
 
 def _dtype(size):
     return {1: "int8", 2: "bfloat16", 4: "float32", 8: "float64"}[size]
+
+
+def in_place_text(shape, *, dtype="float32", card=None, scratch_bytes=None) -> str:
+    """``tileflip plan --in-place``: the passes of an in-place transpose of a contiguous (M, N) or (B, M, N)
+    tensor, with each pass's traffic and predicted time on ``card`` (default: the planner's default card)."""
+    from tileflip.plan import device as devices
+    from tileflip.plan.inplace import plan_in_place
+
+    batch, m, n = (1, *shape) if len(shape) == 2 else shape
+    size = plan.element_size(dtype)
+    dev, measured = devices.constants(card)
+    l2 = int(dev.get("l2_cache_bytes") or 0) or None
+    p = plan_in_place(batch, m, n, size, scratch_bytes=scratch_bytes, **({"l2_bytes": l2} if l2 else {}))
+    lines = [p.describe().replace("-byte elements", f"-byte elements ({dtype})", 1)]
+    if p.passes:
+        bw, t0 = dev["copy_bandwidth_bytes_per_s"], dev.get("launch_overhead_s", 0.0)
+        times = p.predicted_seconds(bw, t0, l2 or 0)
+        lines.append(f"predicted on the {measured} (its copy moves {bw / 1e12:.2f} TB/s, reads plus writes):")
+        for k, (q, t) in enumerate(zip(p.passes, times), 1):
+            traffic = p.pass_traffic(q)
+            scratch = traffic["scratch_write_bytes"] + traffic["scratch_read_bytes"]
+            note = f", scratch {scratch / 1e9:.2f} GB more (L2 where a wave fits half of it)" if scratch else ""
+            lines.append(f"  {k}. {(traffic['read_bytes'] + traffic['write_bytes']) / 1e9:.2f} GB read + written"
+                         f"{note}: {t * 1e3:.3f} ms")  # fmt: skip
+        copy = 2 * p.nbytes / bw + t0
+        lines.append(f"  total {sum(times) * 1e3:.3f} ms, {copy / sum(times):.2f} of a copy of the tensor "
+                     f"({copy * 1e3:.3f} ms)")  # fmt: skip
+    return "\n".join(lines)

@@ -1,8 +1,9 @@
 """``tileflip bench``: time tileflip on the GPU against a same-run copy and its peers; write results files.
 
 The shape suites (``2d``, ``2d-extra``, ``square``, ``permute``, ``permute-random``, ``permute-wide``)
-and ``host`` share one set of options; ``cast``, ``quantize``, ``tune``, ``device``, ``distributed`` and
-``stability`` have their own (``tileflip bench --suite cast --help``). Results go to ``<out>/<device>/<suite>.json``.
+and ``host`` share one set of options; ``cast``, ``quantize``, ``tune``, ``device``, ``distributed``,
+``stability``, ``models`` and ``in-place`` have their own (``tileflip bench --suite cast --help``). Results go
+to ``<out>/<device>/<suite>.json``.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ import sys
 from tileflip.cli import parse
 
 SHAPE_SUITES = ("2d", "2d-extra", "square", "permute", "permute-random", "permute-wide")
-OWN_OPTIONS = ("cast", "quantize", "tune", "device", "distributed", "stability")  # suites with their own options
+# suites with their own options
+OWN_OPTIONS = ("cast", "quantize", "tune", "device", "distributed", "stability", "models", "in-place")
 OUT_HELP = "results root: files go to OUT/<device>/<suite>.json (default benchmarks/results)"
 DEFAULT_OUT = "benchmarks/results"
 
@@ -90,13 +92,14 @@ def main(argv: list[str]) -> int:
     suite, rest = _own_suite(argv)
     if suite is not None:
         return {"cast": _cast, "quantize": _quantize, "tune": _tune, "device": _device, "distributed": _distributed,
-                "stability": _stability}[suite](rest, argv)  # fmt: skip
+                "stability": _stability, "models": _models, "in-place": _in_place}[suite](rest, argv)  # fmt: skip
     p = argparse.ArgumentParser(prog="tileflip bench", description="Time tileflip on the GPU against a same-run "
                                 "device copy and its peers, and write the results files.")  # fmt: skip
     p.add_argument("--suite", default="2d", choices=[*SHAPE_SUITES, "host", *OWN_OPTIONS],
                    help="a shape suite (permute-wide: random permutes in int8, bf16 and fp32 and layouts of "
                         "real models; split it with --part); 'host' for host time per call of small cases; cast, "
-                        "quantize, tune, device, distributed and stability take their own options (tileflip bench "
+                        "quantize, tune, device, distributed, stability, models and in-place take their own options "
+                        "(tileflip bench "
                         "--suite cast --help)")  # fmt: skip
     p.add_argument("--part", type=_part, default=None,
                    help="K/N: run every N-th case from the K-th, merged into the suite's results file")
@@ -300,6 +303,50 @@ def _stability(argv: list[str], whole: list[str]) -> int:
         return 2
     written = stability.run(measurements=args.measurements, seed=args.seed, out_dir=args.out,
                             command=_command(whole), log=_log)  # fmt: skip
+    for path in written:
+        print(f"wrote {path}")
+    return 0
+
+
+def _models(argv: list[str], whole: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="tileflip bench --suite models",
+                                description="Real models (torchvision, transformers, einops; random weights "
+                                            "from their configs) in eager mode with tileflip.enable() off and "
+                                            "on: bit-identical outputs and gradients, the layout copies' "
+                                            "device time (torch.profiler), the step time, and the host time "
+                                            "the override adds to a copy_ call.")  # fmt: skip
+    p.add_argument("--rounds", type=_positive, default=3, help="interleaved off/on rounds (default 3)")
+    p.add_argument("--steps", type=_positive, default=5, help="timed steps per round (default 5)")
+    p.add_argument("--out", default=DEFAULT_OUT, help=OUT_HELP)
+    args = p.parse_args(argv)
+    if _no_gpu("tileflip bench --suite models"):
+        return 2
+    from tileflip.bench import models
+
+    written = models.run(rounds=args.rounds, steps=args.steps, out_dir=args.out, command=_command(whole), log=_log)
+    for path in written:
+        print(f"wrote {path}")
+    return 0
+
+
+def _in_place(argv: list[str], whole: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="tileflip bench --suite in-place",
+                                description="tileflip.transpose_in_place on 256 MiB to 8 GiB matrices (square, "
+                                            "rectangular, prime, skinny, batched) against a same-run copy of the "
+                                            "same bytes: fraction of copy, each pass's, the scratch and the "
+                                            "peak memory added; results checked against the fill formula. Then "
+                                            "one matrix of more than half the free memory.")  # fmt: skip
+    p.add_argument("--reps", type=_positive, default=10, help="timed calls per case (default 10)")
+    p.add_argument("--warmup", type=_positive, default=2, help="untimed calls first (default 2)")
+    p.add_argument("--no-large", action="store_true", help="leave out the matrix of more than half the free memory")
+    p.add_argument("--out", default=DEFAULT_OUT, help=OUT_HELP)
+    args = p.parse_args(argv)
+    if _no_gpu("tileflip bench --suite in-place"):
+        return 2
+    from tileflip.bench import inplace
+
+    written = inplace.run(reps=args.reps, warmup=args.warmup, out_dir=args.out, command=_command(whole), log=_log,
+                          large=not args.no_large)  # fmt: skip
     for path in written:
         print(f"wrote {path}")
     return 0

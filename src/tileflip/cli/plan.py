@@ -31,8 +31,25 @@ def main(argv: list[str]) -> int:
     p.add_argument("--dtype", type=parse.dtype, default="float32", help="e.g. float32, bf16, int8 (default float32)")
     p.add_argument("--programs", type=lambda t: parse.count(t, "programs", 12), default=12,
                    help="how many programs to list (default 12)")
+    p.add_argument("--in-place", action="store_true",
+                   help="the passes of tileflip.transpose_in_place on an M x N (or B x M x N) tensor")
+    p.add_argument("--scratch-bytes", type=lambda t: parse.count(t, "scratch-bytes", 33554432), default=None,
+                   help="with --in-place: the scratch budget (default: the plan's own)")
     args = p.parse_args(argv)
     rank = len(args.shape)
+    if args.in_place:
+        if args.perm is not None or args.block is not None:
+            p.error("--in-place takes --shape, --dtype and --scratch-bytes only (no --perm, no --block)")
+        if rank not in (2, 3):
+            p.error(f"argument --shape: --in-place takes M x N or B x M x N, such as 4096x8192, got {rank} "
+                    f"dimension{'s' * (rank != 1)}")  # fmt: skip
+        try:
+            print(explain.in_place_text(args.shape, dtype=args.dtype, scratch_bytes=args.scratch_bytes))
+        except ValueError as error:
+            p.error(str(error).replace("scratch_bytes", "--scratch-bytes"))
+        return 0
+    if args.scratch_bytes is not None:
+        p.error("--scratch-bytes is for --in-place")
     # The planner's own refusals name its parameters (dims, x, block); here they name the options instead.
     if args.perm is not None:
         if args.block is not None:

@@ -8,11 +8,15 @@ autograd the override sits below the autograd kernel, so gradients and version c
 
 A call is taken only where it is a dense layout change that tileflip moves faster; everything else goes
 to PyTorch's kernel unchanged, decided from the tensors' metadata before the planner is asked
-(``_route``). The registration is process-wide: ``enabled()`` is not thread-local.
+(``_route``). A decision is cached per signature (shapes, strides, dtypes, devices), so a repeated call
+pays one dictionary lookup; each new decision is logged at DEBUG level on the ``tileflip.enable`` logger.
+``enabled_stats()`` counts what was taken and why the rest was declined. The registration is
+process-wide: ``enabled()`` is not thread-local.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from collections import Counter
@@ -41,6 +45,10 @@ _inside = threading.local()  # set while a taken call runs: tileflip's own copie
 _installed: dict = {}  # {"lib": Library, "key": dispatch key} while enabled
 _launched: set = set()  # (plan, dtype) of the calls taken so far: their kernels are compiled and loaded
 counts: Counter = Counter()  # "taken" and each decline reason, since the last enable()
+_decisions: dict = {}  # signature -> a decline reason, or (order, broadcast, plan) of a taken layout
+_small: dict = {}  # device -> the element count at or below which a copy is declined as "small"
+MAX_DECISIONS = 4096  # signatures kept; the cache starts again when full
+_log = logging.getLogger("tileflip.enable")
 
 
 class EnableError(RuntimeError):
@@ -49,6 +57,14 @@ class EnableError(RuntimeError):
 
 def is_enabled() -> bool:
     return bool(_installed)
+
+
+def enabled_stats() -> dict:
+    """What the override did since the last ``enable()``: ``{"taken": n, "declined": {reason: n}}``."""
+    with _lock:
+        snapshot = dict(counts)
+    taken = snapshot.pop("taken", 0)
+    return {"taken": taken, "declined": dict(sorted(snapshot.items()))}
 
 
 def _foreign_kernel(key: str) -> str | None:
@@ -108,9 +124,9 @@ def _install(key: str) -> None:
             if not isinstance(src, torch.Tensor):
                 # a wrapped number (``x * 3`` copies one) reaches a Python kernel as a Python scalar
                 return original.call_boxed(keyset, dst, _wrapped(src), non_blocking)
-            if getattr(_inside, "active", False):
+            if getattr(_inside, "active", False):  # tileflip's own copies (its torch backend)
                 return original.call_boxed(keyset, dst, src, non_blocking)
-            route = _route(dst, src, non_blocking, device_type)
+            route = "non_blocking" if non_blocking else _taken(dst, src, device_type)
             if isinstance(route, str):
                 counts[route] += 1
                 return original.call_boxed(keyset, dst, src, non_blocking)
@@ -132,6 +148,8 @@ def _install(key: str) -> None:
         lib = torch.library.Library("aten", "IMPL")  # noqa: TOR901 - an override of aten's own kernel
         lib.impl("copy_", copy_, key)
         counts.clear()
+        _decisions.clear()
+        _small.clear()
         _installed.update(lib=lib, key=key)
 
 
@@ -150,10 +168,42 @@ def _dense_order(t: torch.Tensor):
     return order if t.permute(order).is_contiguous() else None
 
 
-def _route(dst, src, non_blocking: bool, device_type: str):
-    """(x, out, plan) of a call tileflip takes, or the reason it goes to PyTorch's kernel."""
-    if non_blocking:
-        return "non_blocking"
+def _taken(dst, src, device_type: str):
+    """(x, out, plan) of a call tileflip takes, or the reason it goes to PyTorch's kernel: the signature's
+    cached decision (``_route``), then the checks that depend on the tensors' memory, not their metadata."""
+    device = dst.device
+    small = _small.get(device)
+    if small is None:
+        card = card_of_device(dst) if dst.device.type == "cuda" else None
+        small = _small[device] = _min_elements(card)
+    if dst.numel() <= small:
+        return "small"
+    if dst.layout != torch.strided or src.layout != torch.strided or src.is_nested or dst.is_nested:
+        return "layout"  # before the key: such tensors have no strides
+    key = (dst.dtype, src.dtype, device, src.device, dst.shape, dst.stride(), src.shape, src.stride(),
+           dst.is_conj() or dst.is_neg(), src.is_conj() or src.is_neg(), dst.layout, src.layout)  # fmt: skip
+    decision = _decisions.get(key)
+    if decision is None:
+        decision = _route(dst, src, device_type)
+        if len(_decisions) >= MAX_DECISIONS:
+            _decisions.clear()
+        _decisions[key] = decision
+        if _log.isEnabledFor(logging.DEBUG):
+            _log.debug("%s %s %s <- %s %s: %s", tuple(dst.shape), dst.dtype, dst.stride(), tuple(src.shape),
+                       src.stride(), decision if isinstance(decision, str) else f"taken ({decision[2].kind})")
+    if isinstance(decision, str):
+        return decision
+    if src.untyped_storage().data_ptr() == dst.untyped_storage().data_ptr():
+        return "shared storage"
+    order, broadcast, p = decision
+    x = src.expand(dst.shape) if broadcast else src
+    return x.permute(order), dst.permute(order), p
+
+
+def _route(dst, src, device_type: str):
+    """The decision for a signature: a decline reason, or (order, broadcast, plan) of a layout tileflip
+    takes. It reads only metadata, so that it holds for every call with the same shapes, strides, dtypes
+    and devices."""
     if src.device != dst.device or dst.device.type != device_type:
         return "devices"
     if src.dtype != dst.dtype:
@@ -165,11 +215,9 @@ def _route(dst, src, non_blocking: bool, device_type: str):
     es = ELEMENT_SIZE.get(dst.dtype)
     if es is None:
         return "dtype"
-    n = dst.numel()
     card = card_of_device(dst) if dst.is_cuda else None
-    if n <= _min_elements(card):
-        return "small"
-    if src.shape != dst.shape:
+    broadcast = src.shape != dst.shape
+    if broadcast:
         if src.dim() > dst.dim():
             return "shapes"
         try:
@@ -181,16 +229,13 @@ def _route(dst, src, non_blocking: bool, device_type: str):
     order = _dense_order(dst)
     if order is None:
         return "strided destination"
-    if src.untyped_storage().data_ptr() == dst.untyped_storage().data_ptr():
-        return "shared storage"
-    out = dst.permute(order)
     x = src.permute(order)
     p = _plan(tuple(x.shape), tuple(x.stride()), es)
     if p.kind == "copy":
         return "no layout change"
     if _slower(p, es, card, ADDED_HOST_S):
         return "predicted no faster"
-    return x, out, p
+    return order, broadcast, p
 
 
 def _min_elements(card) -> float:

@@ -115,3 +115,16 @@ def _quantize_op(x: torch.Tensor, recipe: str, rowwise: bool, columnwise: bool, 
 @_quantize_op.register_fake
 def _(x, recipe, rowwise, columnwise, scale, scale_layout, global_mode, global_scale, rule, backend):
     return quantize_fake(x, recipe, rowwise, columnwise, scale, scale_layout, global_mode, global_scale, rule, backend)
+
+
+from tileflip.ops import inplace  # noqa: E402
+
+
+@torch.library.custom_op("tileflip::transpose_in_place_", mutates_args=("x",))
+def _transpose_in_place_op(x: torch.Tensor, scratch_bytes: int) -> None:
+    inplace.run(x, scratch_bytes)
+
+
+@_transpose_in_place_op.register_fake
+def _(x, scratch_bytes):
+    inplace.check_in_place(x, None if scratch_bytes < 0 else scratch_bytes, memory=False)
