@@ -7,7 +7,7 @@ import random
 
 import pytest
 import torch
-from helpers import assert_bits_equal, bits, random_bits
+from helpers import assert_bits_equal, bits, random_bits, without_interpreter
 
 import tileflip
 from tileflip.plan import inplace as P
@@ -277,21 +277,19 @@ def test_gpu_cuda_graph_replays():
 
 @pytest.mark.parametrize("staged", [False, True])
 @pytest.mark.parametrize("map_index", [0, 1, 2])
+@without_interpreter
 def test_pass_kernel_compiles_for_sm90(staged, map_index):
     """Every map, on chip and staged, in 64-bit indexing, builds for sm_90 without a GPU, with no spills."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    from tileflip.kernels.triton import inplace as K
-    from tileflip.kernels.triton.launch import interpreted_module
-
-    kernel = interpreted_module(K.__name__, K.__file__).group_pass_kernel
+    from tileflip.kernels.triton.inplace import group_pass_kernel as kernel
     names = ["ptr", "slot", "gm", "gn", "c", "b", "ainv", "groups", "first", "count", "mat", "tiles_s"]
     block = (32, 64) if staged else (1, 16384)
     constexprs = {"MAP": map_index, "SCATTER": staged, "ROWS": True, "STAGED": staged, "BLOCK_R": block[0],
                   "BLOCK_S": block[1], "INDEX_64": True}  # fmt: skip
-    signature = dict.fromkeys(names, "i32") | {"ptr": "*u32", "slot": "*u32"} | dict.fromkeys(constexprs, "constexpr")
+    signature = dict.fromkeys(names, "i64") | {"ptr": "*u32", "slot": "*u32"} | dict.fromkeys(constexprs, "constexpr")
     compiled = triton.compile(ASTSource(fn=kernel, signature=signature, constexprs=constexprs),
                               target=GPUTarget("cuda", 90, 32), options={"num_warps": 4 if staged else 16})  # fmt: skip
     assert "st.local" not in compiled.asm["ptx"]

@@ -5,11 +5,13 @@ Every kernel reads all the elements its program will move, waits at a block barr
 a program owns its group (a tile pair, a row, a stripe of columns), so no other program reads or writes
 what it does, and the barrier keeps one warp's stores from landing on elements another warp has yet to
 load (staged waves need no barrier: they read the scratch). The maps are written out in the one pass
-kernel (``launch.py`` says why there are no ``@triton.jit`` helpers). MAP: 0 rotate columns, 1 shuffle rows, 2 shuffle columns (``plan.inplace.PASS_MAPS``).
+kernel (``launch.py`` says why there are no ``@triton.jit`` helpers). MAP: 0 rotate columns, 1 shuffle
+rows, 2 shuffle columns (``plan.inplace.PASS_MAPS``).
 """
 
 from __future__ import annotations
 
+import torch
 import triton
 import triton.language as tl
 
@@ -19,6 +21,7 @@ from tileflip.kernels.triton.launch import is_interpreted_kernel, spec_of
 from tileflip.plan.inplace import InPlacePlan, Pass
 
 INT32_LIMIT = 2**31
+SIGNED_OF_SIZE = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 STAGED_BLOCK = (32, 64)  # a staged pass's tile of the wave: rows, columns
 
 
@@ -31,22 +34,27 @@ def swap_tiles_kernel(ptr, n, tiles, TILE: tl.constexpr, INDEX_64: tl.constexpr)
     mat = pid // per_matrix
     ti = (pid % per_matrix) // tiles
     tj = pid % tiles
-    active = ti <= tj  # the pair's upper program moves both tiles; the lower one does nothing
-    base = mat * n * n
-    x = tl.arange(0, TILE)
-    if INDEX_64:
-        x = x.to(tl.int64)
-    ra = ti * TILE + x[:, None]
-    ca = tj * TILE + x[None, :]
-    rb = tj * TILE + x[:, None]
-    cb = ti * TILE + x[None, :]
-    mask_a = (ra < n) & (ca < n) & active
-    mask_b = (rb < n) & (cb < n) & active
-    a = tl.load(ptr + base + ra * n + ca, mask=mask_a)
-    b = tl.load(ptr + base + rb * n + cb, mask=mask_b)
-    tl.debug_barrier()
-    tl.store(ptr + base + rb * n + cb, tl.trans(a), mask=mask_b)
-    tl.store(ptr + base + ra * n + ca, tl.trans(b), mask=mask_a)
+    if ti <= tj:  # the pair's upper program moves both tiles; the lower one does nothing
+        base = mat * n * n
+        x = tl.arange(0, TILE)
+        if INDEX_64:
+            x = x.to(tl.int64)
+        at_a = base + (ti * TILE + x[:, None]) * n + (tj * TILE + x[None, :])
+        at_b = base + (tj * TILE + x[:, None]) * n + (ti * TILE + x[None, :])
+        if (tj + 1) * TILE <= n:  # both tiles whole: unmasked, so that rows move as 16-byte vectors
+            a = tl.load(ptr + at_a)
+            b = tl.load(ptr + at_b)
+            tl.debug_barrier()
+            tl.store(ptr + at_b, tl.trans(a))
+            tl.store(ptr + at_a, tl.trans(b))
+        else:
+            mask_a = (ti * TILE + x[:, None] < n) & (tj * TILE + x[None, :] < n)
+            mask_b = (tj * TILE + x[:, None] < n) & (ti * TILE + x[None, :] < n)
+            a = tl.load(ptr + at_a, mask=mask_a)
+            b = tl.load(ptr + at_b, mask=mask_b)
+            tl.debug_barrier()
+            tl.store(ptr + at_b, tl.trans(a), mask=mask_b)
+            tl.store(ptr + at_a, tl.trans(b), mask=mask_a)
 
 
 @triton.jit
@@ -166,16 +174,20 @@ def run_pass(x, p: Pass, batch: int, scratch) -> None:
                    index_64)  # fmt: skip
         _launch(group_pass_kernel, "group", (batch * groups,), flat, flat, scalars, _warps(block_r * block_s))
         return
-    slot = as_uint(scratch.view(x.dtype)) if scratch.dtype != x.dtype else as_uint(scratch)
-    view2d = flat.view(batch * gm, gn)
-    view3d = flat.view(batch, gm, gn)
+    slot = scratch
+    # The copies into the scratch are torch's, on the signed integers of the element size (torch's CUDA
+    # copy covers every signed width).
+    signed = SIGNED_OF_SIZE[flat.element_size()]
+    slot_i = slot.view(signed)
+    view2d = flat.view(signed).view(batch * gm, gn)
+    view3d = flat.view(signed).view(batch, gm, gn)
     block_r, block_s = STAGED_BLOCK
     index_64 = total + block_r * block_s >= INT32_LIMIT or products >= INT32_LIMIT
     if rows:
         all_rows = batch * gm
         for first in range(0, all_rows, p.wave_groups):
             count = min(p.wave_groups, all_rows - first)
-            slot[: count * gn].view(count, gn).copy_(view2d[first : first + count])
+            slot_i[: count * gn].view(count, gn).copy_(view2d[first : first + count])
             tiles_s = -(-gn // block_s)
             grid = (-(-count // block_r) * tiles_s,)
             scalars = (gm, gn, c, b, ainv, 1, first, count, 0, tiles_s, p.map_index, p.scatter, True, True,
@@ -186,7 +198,7 @@ def run_pass(x, p: Pass, batch: int, scratch) -> None:
     for mat in range(batch):
         for first in range(0, gn, width):
             count = min(width, gn - first)
-            slot[: gm * count].view(gm, count).copy_(view3d[mat, :, first : first + count])
+            slot_i[: gm * count].view(gm, count).copy_(view3d[mat, :, first : first + count])
             tiles_s = -(-count // block_s)
             grid = (-(-gm // block_r) * tiles_s,)
             scalars = (gm, gn, c, b, ainv, 1, first, count, mat, tiles_s, p.map_index, p.scatter, False, True,
