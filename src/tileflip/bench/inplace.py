@@ -18,29 +18,29 @@ from tileflip.bench import records as rec
 
 GIB = 1 << 30
 # (kind, shape (B, M, N), dtype)
-CASES = (
+CASES = (  # the kinds in turn, smaller first within each
     ("square", (1, 8192, 8192), "float32"),
-    ("square", (1, 16384, 16384), "bfloat16"),
-    ("square", (1, 32768, 32768), "uint8"),
-    ("square", (1, 16384, 16384), "float64"),
-    ("square", (1, 32768, 32768), "float32"),
     ("rectangular", (1, 8192, 16384), "float32"),
-    ("rectangular", (1, 12288, 20480), "bfloat16"),
-    ("rectangular", (1, 16384, 32768), "float32"),
-    ("rectangular", (1, 20000, 30000), "float16"),
-    ("rectangular", (1, 40000, 60000), "uint8"),
-    ("rectangular", (1, 30000, 70001), "float32"),
-    ("rectangular", (1, 6000, 11000), "float64"),
     ("prime", (1, 9973, 13001), "float32"),
-    ("prime", (1, 16381, 32749), "bfloat16"),
-    ("prime", (1, 32749, 65521), "uint8"),
     ("skinny", (1, 4, 1 << 26), "float32"),
-    ("skinny", (1, 1 << 27, 3), "float16"),
-    ("skinny", (1, 2, 1 << 28), "uint8"),
-    ("skinny", (1, 64, 1 << 22), "float32"),
     ("batched", (64, 1024, 2048), "float32"),
+    ("square", (1, 16384, 16384), "bfloat16"),
+    ("rectangular", (1, 12288, 20480), "bfloat16"),
+    ("prime", (1, 16381, 32749), "bfloat16"),
+    ("skinny", (1, 1 << 27, 3), "float16"),
     ("batched", (16, 4096, 4100), "bfloat16"),
+    ("square", (1, 32768, 32768), "uint8"),
+    ("rectangular", (1, 20000, 30000), "float16"),
+    ("prime", (1, 32749, 65521), "uint8"),
+    ("skinny", (1, 2, 1 << 28), "uint8"),
     ("batched", (8, 4096, 4096), "float32"),
+    ("square", (1, 16384, 16384), "float64"),
+    ("rectangular", (1, 6000, 11000), "float64"),
+    ("skinny", (1, 64, 1 << 22), "float32"),
+    ("rectangular", (1, 16384, 32768), "float32"),
+    ("rectangular", (1, 40000, 60000), "uint8"),
+    ("square", (1, 32768, 32768), "float32"),
+    ("rectangular", (1, 30000, 70001), "float32"),
 )
 CHUNK = 1 << 26  # elements filled or checked at a time
 MULTIPLIER = 2654435761
@@ -210,13 +210,18 @@ def run(*, reps: int, warmup: int, out_dir, command: str, log, large: bool = Tru
     import torch
 
     t0 = time.time()
-    records = [run_case(kind, shape, dtype, reps, warmup, log) for kind, shape, dtype in CASES]
-    summary = {}
-    for kind in sorted({r["kind"] for r in records}):
-        fr = [r["fraction_of_copy"] for r in records if r["kind"] == kind]
-        summary[kind] = {"median_fraction_of_copy": statistics.median(fr), "min_fraction_of_copy": min(fr),
-                         "cases": len(fr)}  # fmt: skip
-    extra = {"summary": summary, "seconds": time.time() - t0, "gpu": torch.cuda.get_device_name()}
-    if large:
-        extra["fills_the_gpu"] = fills_the_gpu(log)
-    return [rec.write_results(records, "in-place", out_dir, command, extra=extra)]
+    records = []
+
+    def write(extra=None):  # after each case, so that a run cut short keeps what it measured
+        summary = {}
+        for kind in sorted({r["kind"] for r in records}):
+            fr = [r["fraction_of_copy"] for r in records if r["kind"] == kind]
+            summary[kind] = {"median_fraction_of_copy": statistics.median(fr), "min_fraction_of_copy": min(fr),
+                             "cases": len(fr)}  # fmt: skip
+        extra = {"summary": summary, "seconds": time.time() - t0, "gpu": torch.cuda.get_device_name(), **(extra or {})}
+        return rec.write_results(records, "in-place", out_dir, command, extra=extra)
+
+    for kind, shape, dtype in CASES:
+        records.append(run_case(kind, shape, dtype, reps, warmup, log))
+        write()
+    return [write({"fills_the_gpu": fills_the_gpu(log)} if large else None)]

@@ -402,6 +402,15 @@ def run(*, rounds: int, steps: int, out_dir, command: str, log=print) -> list[st
     torch.backends.cudnn.benchmark = False
     meta = rec.meta()
     rows = []
+
+    def write(over):  # after each model, so that a run cut short keeps what it measured
+        extra = {"rounds": rounds, "steps": steps, "summary": summarize(rows), "overheads": over, "models": rows}
+        return rec.write_results(None, "models", out_dir, command, gpu=meta["gpu"],
+                                 extra={**extra, "torch": meta["torch"], "triton": meta["triton"]})  # fmt: skip
+
+    over = overheads()  # first: it is the shortest measurement
+    for o in over:
+        log(f"{o['call']}: {o['off_us']:.2f} -> {o['on_us']:.2f} us per call (+{o['added_us']:.2f})")
     for model in MODELS:
         why = available(model)
         if why:
@@ -409,11 +418,6 @@ def run(*, rounds: int, steps: int, out_dir, command: str, log=print) -> list[st
             rows.append({"model": model.name, "library": model.library, "left_out": why})
             continue
         rows.append(measure_model(model, rounds, steps, log))
-    summary = summarize(rows)
-    over = overheads()
-    for o in over:
-        log(f"{o['call']}: {o['off_us']:.2f} -> {o['on_us']:.2f} us per call (+{o['added_us']:.2f})")
-    print(table(rows, summary))
-    extra = {"rounds": rounds, "steps": steps, "summary": summary, "overheads": over, "models": rows}
-    return [str(rec.write_results(None, "models", out_dir, command, gpu=meta["gpu"],
-                                  extra={**extra, "torch": meta["torch"], "triton": meta["triton"]}))]  # fmt: skip
+        write(over)
+    print(table(rows, summarize(rows)))
+    return [str(write(over))]
