@@ -4,6 +4,7 @@ and large shapes on the GPU."""
 
 import itertools
 import random
+import re
 
 import pytest
 import torch
@@ -275,22 +276,28 @@ def test_gpu_cuda_graph_replays():
 
 
 
+@pytest.mark.parametrize("index_64", [False, True])
 @pytest.mark.parametrize("staged", [False, True])
 @pytest.mark.parametrize("map_index", [0, 1, 2])
 @without_interpreter
-def test_pass_kernel_compiles_for_sm90(staged, map_index):
-    """Every map, on chip and staged, in 64-bit indexing, builds for sm_90 without a GPU, with no spills."""
+def test_pass_kernel_compiles_for_sm90(staged, map_index, index_64):
+    """Every map, on chip and staged, in 32- and 64-bit indexing, builds for sm_90 without a GPU, with no
+    spills; the 32-bit form divides its elements' indices by multiply-high only."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
     from tileflip.kernels.triton.inplace import group_pass_kernel as kernel
-    names = ["ptr", "slot", "gm", "gn", "c", "b", "ainv", "groups", "first", "count", "mat", "tiles_s"]
+    names = ["ptr", "slot", "gm", "gn", "c", "b", "ainv", "groups", "first", "count", "mat", "tiles_s", "a", "lift",
+             "gm_magic", "gm_shift", "c_magic", "c_shift", "b_magic", "b_shift"]  # fmt: skip
     block = (32, 64) if staged else (1, 16384)
     constexprs = {"MAP": map_index, "SCATTER": staged, "ROWS": True, "STAGED": staged, "BLOCK_R": block[0],
-                  "BLOCK_S": block[1], "INDEX_64": True}  # fmt: skip
-    signature = dict.fromkeys(names, "i64") | {"ptr": "*u32", "slot": "*u32"} | dict.fromkeys(constexprs, "constexpr")
+                  "BLOCK_S": block[1], "INDEX_64": index_64}  # fmt: skip
+    width = "i64" if index_64 else "i32"
+    signature = dict.fromkeys(names, width) | {"ptr": "*u32", "slot": "*u32"} | dict.fromkeys(constexprs, "constexpr")
     compiled = triton.compile(ASTSource(fn=kernel, signature=signature, constexprs=constexprs),
                               target=GPUTarget("cuda", 90, 32), options={"num_warps": 4 if staged else 16})  # fmt: skip
     assert "st.local" not in compiled.asm["ptx"]
     assert "bar.sync" in compiled.asm["ptx"] or "barrier.sync" in compiled.asm["ptx"] or staged
+    divisions = len(re.findall(r"\b(?:div|rem)\.[su]32", compiled.asm["ptx"]))
+    assert index_64 or divisions <= 2, divisions  # the program's own decode: one divide and one remainder

@@ -18,6 +18,7 @@ import triton.language as tl
 from tileflip.kernels.dtypes import as_uint
 from tileflip.kernels.triton import launch as launcher
 from tileflip.kernels.triton.launch import is_interpreted_kernel, spec_of
+from tileflip.plan import magic_divisor
 from tileflip.plan.inplace import InPlacePlan, Pass
 
 INT32_LIMIT = 2**31
@@ -58,15 +59,21 @@ def swap_tiles_kernel(ptr, n, tiles, TILE: tl.constexpr, INDEX_64: tl.constexpr)
 
 
 @triton.jit
-def group_pass_kernel(ptr, slot, gm, gn, c, b, ainv, groups, first, count, mat, tiles_s, MAP: tl.constexpr,
-                      SCATTER: tl.constexpr, ROWS: tl.constexpr, STAGED: tl.constexpr, BLOCK_R: tl.constexpr,
-                      BLOCK_S: tl.constexpr, INDEX_64: tl.constexpr):  # fmt: skip
+def group_pass_kernel(ptr, slot, gm, gn, c, b, ainv, groups, first, count, mat, tiles_s, a, lift, gm_magic,
+                      gm_shift, c_magic, c_shift, b_magic, b_shift, MAP: tl.constexpr, SCATTER: tl.constexpr,
+                      ROWS: tl.constexpr, STAGED: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_S: tl.constexpr,
+                      INDEX_64: tl.constexpr):  # fmt: skip
     """One pass over the (gm, gn) grid of each matrix.
 
     On chip (not STAGED): a program is one group, row ``R`` (ROWS; BLOCK_R is 1) or a stripe of BLOCK_S
     columns of every row; ``slot`` is unused. STAGED: one wave, rows [first, first + count) of the
     (batch x gm, gn) view (ROWS) or columns [first, first + count) of matrix ``mat``, whose bytes ``slot``
-    holds (count x gn, or gm x count); a program is a BLOCK_R x BLOCK_S tile of it."""
+    holds (count x gn, or gm x count); a program is a BLOCK_R x BLOCK_S tile of it.
+
+    Without INDEX_64 every dividend is below 2**31, and each division by gm, c or b is a multiply-high and a
+    shift by ``*_magic``, ``*_shift`` (``plan.magic_divisor``; a divisor of 1 passes its dividend): a
+    hardware division costs some twenty instructions an element. ``a`` is gm / c, ``lift`` the least
+    multiple of b at or above a (it keeps the row shuffle's dividend non-negative)."""
     pid = tl.program_id(0)
     if INDEX_64:
         pid = pid.to(tl.int64)
@@ -75,9 +82,15 @@ def group_pass_kernel(ptr, slot, gm, gn, c, b, ainv, groups, first, count, mat, 
         i = (pid // tiles_s) * BLOCK_R + tl.arange(0, BLOCK_R)[:, None] + zero
         j = (pid % tiles_s) * BLOCK_S + tl.arange(0, BLOCK_S)[None, :] + zero
         if ROWS:  # i: a row of the wave, j: its column
-            R = (first + i) % gm
+            row = first + i
+            if INDEX_64:
+                mat_of = row // gm
+            else:
+                mat_of = (tl.umulhi(row.to(tl.uint32), gm_magic.to(tl.uint32, bitcast=True))
+                          >> gm_shift.to(tl.uint32)).to(tl.int32)  # fmt: skip
+            R = row - mat_of * gm
             S = j
-            base = ptr + (first + i - R) * gn  # the matrix's first element
+            base = ptr + mat_of * gm * gn  # the matrix's first element
             mask = (i < count) & (j < gn)
         else:  # i: a row of the matrix, j: a column of the wave
             R = i
@@ -94,20 +107,50 @@ def group_pass_kernel(ptr, slot, gm, gn, c, b, ainv, groups, first, count, mat, 
             S = g * BLOCK_S + tl.arange(0, BLOCK_S)[None, :] + zero
         base = ptr + (pid // groups) * gm * gn
         mask = (R < gm) & (S < gn)
-    if MAP == 0:
-        r = (R + S // b) % gm
-        s = S
-    elif MAP == 1:
-        k = (S - R + gm) % c
-        v = (R + k) % gm
-        t = (S - v) % gn
-        t = tl.where(t < 0, t + gn, t) // c
-        r = R
-        s = (t * ainv) % b + k * b
+    if INDEX_64:
+        if MAP == 0:
+            r = (R + S // b) % gm
+            s = S
+        elif MAP == 1:
+            k = (S - R + gm) % c
+            v = (R + k) % gm
+            t = (S - v) % gn
+            t = tl.where(t < 0, t + gn, t) // c
+            r = R
+            s = (t * ainv) % b + k * b
+        else:
+            p = R * gn + S
+            r = ((p % gm) - (p // gm) // b + gm) % gm
+            s = S
     else:
-        p = R * gn + S
-        r = ((p % gm) - (p // gm) // b + gm) % gm
-        s = S
+        gm_m = gm_magic.to(tl.uint32, bitcast=True)
+        c_m = c_magic.to(tl.uint32, bitcast=True)
+        b_m = b_magic.to(tl.uint32, bitcast=True)
+        if MAP == 0:  # R + S // b < 2 gm: one subtraction for the modulus
+            q = tl.where(b == 1, S, (tl.umulhi(S.to(tl.uint32), b_m) >> b_shift.to(tl.uint32)).to(tl.int32))
+            r = R + q
+            r = tl.where(r >= gm, r - gm, r)
+            s = S
+        elif MAP == 1:
+            # d = S - R + gm > 0, q = d // c, k = d mod c; v = (R + k) mod gm wraps at most once, and then
+            # t = (q - a + a [R + k >= gm]) mod b, lifted by ``lift`` to a non-negative dividend.
+            d = S - R + gm
+            q = tl.where(c == 1, d, (tl.umulhi(d.to(tl.uint32), c_m) >> c_shift.to(tl.uint32)).to(tl.int32))
+            k = d - q * c
+            w = q + tl.where(R + k >= gm, 0, -a) + lift
+            wq = tl.where(b == 1, w, (tl.umulhi(w.to(tl.uint32), b_m) >> b_shift.to(tl.uint32)).to(tl.int32))
+            t = w - wq * b
+            y = t * ainv
+            yq = tl.where(b == 1, y, (tl.umulhi(y.to(tl.uint32), b_m) >> b_shift.to(tl.uint32)).to(tl.int32))
+            r = R
+            s = y - yq * b + k * b
+        else:  # p = R gn + S = j gm + i; r = (i - j // b) mod gm wraps at most once
+            p = R * gn + S
+            pq = (tl.umulhi(p.to(tl.uint32), gm_m) >> gm_shift.to(tl.uint32)).to(tl.int32)
+            x = tl.where(b == 1, pq, (tl.umulhi(pq.to(tl.uint32), b_m) >> b_shift.to(tl.uint32)).to(tl.int32))
+            r = p - pq * gm - x
+            r = tl.where(r < 0, r + gm, r)
+            s = S
     if STAGED:  # the slot: a wave's rows whole (a row's position is its column), or its columns of every row
         if ROWS:
             at_dest = i * gn + S
@@ -145,6 +188,20 @@ def _launch(kernel, name, grid, flat, slot, scalars, num_warps):
     launcher.launch(kernel, key, (grid[0], 1), device, pointers, tensors, scalars, {"num_warps": num_warps})
 
 
+def _divisors(p: Pass, index_64: bool) -> tuple:
+    """(a, lift, then magic and shift of gm, c and b) of a pass's 32-bit divisions (zeros where it runs in
+    64-bit arithmetic, or for a divisor of 1, which the kernel passes through)."""
+    if index_64:
+        return (0,) * 8
+    prm = p.params
+    gm, c, b = prm["m"], prm["c"], prm["b"]
+    a = gm // c
+    out = [a, -(-a // b) * b]
+    for d in (gm, c, b):
+        out.extend(magic_divisor(d) if d >= 2 else (0, 0))
+    return tuple(out)
+
+
 def _warps(elements: int) -> int:
     return max(4, min(16, elements // 512))
 
@@ -170,8 +227,8 @@ def run_pass(x, p: Pass, batch: int, scratch) -> None:
         block_r = 1 if rows else triton.next_power_of_2(gm)
         groups = gm if rows else -(-gn // block_s)
         index_64 = total + block_r * block_s >= INT32_LIMIT or products >= INT32_LIMIT or batch * groups >= INT32_LIMIT
-        scalars = (gm, gn, c, b, ainv, groups, 0, 0, 0, 1, p.map_index, p.scatter, rows, False, block_r, block_s,
-                   index_64)  # fmt: skip
+        scalars = (gm, gn, c, b, ainv, groups, 0, 0, 0, 1, *_divisors(p, index_64), p.map_index, p.scatter, rows,
+                   False, block_r, block_s, index_64)  # fmt: skip
         _launch(group_pass_kernel, "group", (batch * groups,), flat, flat, scalars, _warps(block_r * block_s))
         return
     slot = scratch
@@ -190,8 +247,9 @@ def run_pass(x, p: Pass, batch: int, scratch) -> None:
             slot_i[: count * gn].view(count, gn).copy_(view2d[first : first + count])
             tiles_s = -(-gn // block_s)
             grid = (-(-count // block_r) * tiles_s,)
-            scalars = (gm, gn, c, b, ainv, 1, first, count, 0, tiles_s, p.map_index, p.scatter, True, True,
-                       block_r, block_s, index_64 or count * gn >= INT32_LIMIT)  # fmt: skip
+            wide = index_64 or count * gn >= INT32_LIMIT
+            scalars = (gm, gn, c, b, ainv, 1, first, count, 0, tiles_s, *_divisors(p, wide), p.map_index, p.scatter,
+                       True, True, block_r, block_s, wide)  # fmt: skip
             _launch(group_pass_kernel, "staged", grid, flat, slot, scalars, 4)
         return
     width = p.wave_groups * p.stripe
@@ -201,8 +259,9 @@ def run_pass(x, p: Pass, batch: int, scratch) -> None:
             slot_i[: gm * count].view(gm, count).copy_(view3d[mat, :, first : first + count])
             tiles_s = -(-count // block_s)
             grid = (-(-gm // block_r) * tiles_s,)
-            scalars = (gm, gn, c, b, ainv, 1, first, count, mat, tiles_s, p.map_index, p.scatter, False, True,
-                       block_r, block_s, index_64 or gm * count >= INT32_LIMIT)  # fmt: skip
+            wide = index_64 or gm * count >= INT32_LIMIT
+            scalars = (gm, gn, c, b, ainv, 1, first, count, mat, tiles_s, *_divisors(p, wide), p.map_index,
+                       p.scatter, False, True, block_r, block_s, wide)  # fmt: skip
             _launch(group_pass_kernel, "staged", grid, flat, slot, scalars, 4)
 
 
