@@ -140,6 +140,13 @@ def test_staged_passes_are_exact_with_a_small_budget(device, monkeypatch):
         check_in_place(x0, scratch_bytes=smallest)  # the least: one group a wave
 
 
+def test_empty_tensors_get_the_view(device):
+    for shape in ((0, 5), (3, 0), (2, 0, 4)):
+        x = torch.empty(shape, device=device)
+        y = tileflip.transpose_in_place(x)
+        assert y.shape == (*shape[:-2], shape[-1], shape[-2]) and y.data_ptr() == x.data_ptr()
+
+
 def test_other_views_see_the_new_bytes(device):
     x = random_bits((6, 10), torch.int32, device, seed=3)
     want = x.t().contiguous()
@@ -177,9 +184,14 @@ def test_scratch_budget_refusals(device, monkeypatch):
     before = x.clone()
     with pytest.raises(ValueError, match="scratch_bytes=4 is below one staged group"):
         tileflip.transpose_in_place(x, scratch_bytes=4)
-    for bad in (-1, 2.5, True, "1"):
-        with pytest.raises(TypeError, match="scratch_bytes must be a non-negative int"):
+    for bad in (2.5, True, "1"):
+        with pytest.raises(TypeError, match="scratch_bytes must be an int or None"):
             tileflip.transpose_in_place(x, scratch_bytes=bad)
+    for bad in (-1, -5):
+        with pytest.raises(ValueError, match="scratch_bytes must be 0 or more"):
+            tileflip.transpose_in_place(x, scratch_bytes=bad)
+    with pytest.raises(ValueError, match="x must be contiguous"):  # the op itself checks, called directly
+        torch.ops.tileflip.transpose_in_place_(x.t(), -1)
     assert torch.equal(bits(x), bits(before))
 
 

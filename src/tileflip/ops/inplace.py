@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from tileflip.kernels import dtypes
-from tileflip.ops.backends import card_of_device, kernels
+from tileflip.ops.backends import card_of_device, kernels, on_device_of
 from tileflip.ops.checks import check_dense
 from tileflip.plan import device as devices
 from tileflip.plan.inplace import InPlaceError, InPlacePlan, plan_in_place
@@ -53,9 +53,11 @@ def check_in_place(x, scratch_bytes=None, *, memory: bool = True) -> None:
                              "TRITON_INTERPRET=1 before importing tileflip to run the kernels on the CPU")  # fmt: skip
         if x.device.type not in ("cpu", "cuda"):
             raise ValueError(f"x must be on a CPU or CUDA device, got {x.device}")
-    if scratch_bytes is not None and (isinstance(scratch_bytes, bool) or not isinstance(scratch_bytes, int)
-                                      or scratch_bytes < 0):  # fmt: skip
-        raise TypeError(f"scratch_bytes must be a non-negative int or None, got {scratch_bytes!r}")
+    if scratch_bytes is not None:
+        if isinstance(scratch_bytes, bool) or not isinstance(scratch_bytes, int):
+            raise TypeError(f"scratch_bytes must be an int or None, got {scratch_bytes!r}")
+        if scratch_bytes < 0:
+            raise ValueError(f"scratch_bytes must be 0 or more, got {scratch_bytes}")
 
 
 def _shape(x) -> tuple[int, int, int]:
@@ -76,10 +78,13 @@ def plan_for(x: torch.Tensor, scratch_bytes: int | None = None) -> InPlacePlan:
 
 def run(x: torch.Tensor, scratch_bytes: int) -> None:
     """The registered op's body: plan, allocate the scratch, enqueue every pass (``scratch_bytes`` -1: the
-    default budget)."""
+    default budget). The op checks its tensor too, so that a direct call of it is refused as the public
+    function's is."""
+    budget = None if scratch_bytes == -1 else scratch_bytes
+    check_in_place(x, budget)
     if x.numel() == 0:
         return
-    plan = plan_for(x, None if scratch_bytes < 0 else scratch_bytes)
+    plan = plan_for(x, budget)
     if not plan.passes:
         return
     scratch = None
@@ -92,7 +97,7 @@ def run(x: torch.Tensor, scratch_bytes: int) -> None:
                               f"scratch_bytes (one staged group is the least; see tileflip.ops.inplace.plan_for)"
                               ) from e  # fmt: skip
         scratch = scratch.view(dtypes.UINT_OF_SIZE[x.element_size()])
-    _kernels().run_plan(x, plan, scratch)
+    on_device_of(x, _kernels().run_plan, x, plan, scratch)
 
 
 def transpose_in_place(x: torch.Tensor, *, scratch_bytes: int | None = None) -> torch.Tensor:
@@ -100,14 +105,15 @@ def transpose_in_place(x: torch.Tensor, *, scratch_bytes: int | None = None) -> 
     (B, M, N) ``x``: each matrix in place), and return the (N, M) (or (B, N, M)) tensor on that storage.
 
     ``x`` itself keeps its shape and strides, so it then reads the transposed bytes in the old shape: use
-    the returned tensor. ``scratch_bytes`` bounds the scratch (default: one staged row or column stripe,
-    raised to half the card's L2 where the tensor is large). Refusals raise before anything is written:
-    a non-contiguous ``x``, one that does not span its whole storage, one that requires grad, a dtype
-    outside 1, 2, 4 and 8 bytes, a scratch budget below one staged group, or scratch that cannot be
-    allocated."""
+    the returned tensor. An empty ``x`` gets the view and nothing else. ``scratch_bytes`` bounds the scratch
+    (default: one staged row or column stripe, raised to half the card's L2 but at most half the tensor).
+    Refusals raise before anything is written: a non-contiguous ``x``, one that does not span its whole
+    storage, one that requires grad, a dtype outside 1, 2, 4 and 8 bytes, a scratch budget below one
+    staged group, or scratch that cannot be allocated."""
     if not torch.compiler.is_compiling():  # traced, the op's fake implementation checks
         check_in_place(x, scratch_bytes)
-        plan_for(x, scratch_bytes)  # a budget below one group is refused here, before the op runs
+        if x.numel():
+            plan_for(x, scratch_bytes)  # a budget below one group is refused here, before the op runs
     torch.ops.tileflip.transpose_in_place_(x, -1 if scratch_bytes is None else scratch_bytes)
     if x.dim() == 2:
         return x.view(x.shape[1], x.shape[0])

@@ -127,4 +127,4 @@ def _transpose_in_place_op(x: torch.Tensor, scratch_bytes: int) -> None:
 
 @_transpose_in_place_op.register_fake
 def _(x, scratch_bytes):
-    inplace.check_in_place(x, None if scratch_bytes < 0 else scratch_bytes, memory=False)
+    inplace.check_in_place(x, None if scratch_bytes == -1 else scratch_bytes, memory=False)

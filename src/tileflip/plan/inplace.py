@@ -31,12 +31,12 @@ without any global barrier:
   barrier between the two. A wave fits the scratch, so the scratch's traffic stays in L2 where the
   scratch is at most half of it.
 
-Scratch is at most the largest staged group, or the budget given, whichever is larger: a row of
-max(M, N) elements, or a stripe of (32 bytes) x min(M, N); O(max(M, N)) elements either way. No flags.
+Scratch is the largest staged group, raised to the budget given (default: half the L2, at most half the
+tensor): a row of the grid, or a stripe of 32 bytes by the grid's column length, each at most
+max(M, N) elements or 32 bytes x max(M, N); O(max(M, N)) either way. No flags.
 
-Index maps run in 64-bit arithmetic. t a' < b^2 must fit 63 bits: the plan keeps b below 3.03e9, which
-only a matrix with a side below 48 and the other past 3e9 elements could break; such a one runs on the
-grid whose rows are its short side.
+Index maps run in 64-bit arithmetic. t a' < b^2 must fit 63 bits, so a grid whose b = n / c reaches
+3.03e9 is not planned; the other grid's b is at most its short side.
 """
 
 from __future__ import annotations

@@ -215,8 +215,7 @@ def run_pass(x, p: Pass, batch: int, scratch) -> None:
     if p.name == "swap tiles":
         tiles = -(-gn // p.tile)
         index_64 = batch * tiles * tiles * p.tile * p.tile >= INT32_LIMIT or total >= INT32_LIMIT
-        _launch(swap_tiles_kernel, "swap", (batch * tiles * tiles,), flat, None, (gn, tiles, p.tile, index_64),
-                4 if p.tile * p.tile * flat.element_size() <= 16384 else 8)  # fmt: skip
+        _launch(swap_tiles_kernel, "swap", (batch * tiles * tiles,), flat, None, (gn, tiles, p.tile, index_64), 4)
         return
     prm = p.params
     c, b, ainv = prm["c"], prm["b"], prm["ainv"]
