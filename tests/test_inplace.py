@@ -11,6 +11,7 @@ import torch
 from helpers import assert_bits_equal, bits, random_bits, without_interpreter
 
 import tileflip
+from tileflip.ops.inplace import plan_for
 from tileflip.plan import inplace as P
 
 DTYPES = (torch.uint8, torch.bfloat16, torch.float32, torch.int64, torch.complex64, torch.bool)
@@ -133,7 +134,7 @@ def test_staged_passes_are_exact_with_a_small_budget(device, monkeypatch):
     for k, (shape, dtype) in enumerate([((7, 13), torch.float32), ((13, 7), torch.int16), ((2, 6, 10), torch.uint8),
                                         ((12, 18), torch.float64), ((5, 9), torch.bfloat16)]):  # fmt: skip
         x0 = random_bits(shape, dtype, device, seed=10 + k)
-        plan = tileflip.ops.inplace.plan_for(x0)
+        plan = plan_for(x0)
         assert any(p.mode == "staged" for p in plan.passes), plan.describe()
         smallest = max(p.group_elements * x0.element_size() for p in plan.passes if p.mode == "staged")
         check_in_place(x0)  # the default budget: one wave

@@ -13,7 +13,7 @@ import torch
 
 import tileflip
 from tileflip import explain, plan, tuning
-from tileflip.kernels.dtypes import as_uint
+from tileflip.kernels.dtypes import as_int
 
 # (label, shape (M, N), how x is cut from a larger random tensor): shapes and views where a wrong index,
 # bound or stride shows
@@ -66,7 +66,7 @@ def _input(view, shape, dtype, device, seed):
 
 
 def _bits(t):
-    return as_uint(t).view({1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()])
+    return as_int(t)
 
 
 def _short(dtype) -> str:

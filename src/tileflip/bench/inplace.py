@@ -46,17 +46,13 @@ CHUNK = 1 << 26  # elements filled or checked at a time
 MULTIPLIER = 2654435761
 
 
-def _int_view(x):
-    import torch
-
-    return x.view({1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[x.element_size()])
-
-
 def fill(x) -> None:
     """x's elements (contiguous, any shape) := a value of their flat index, in x's integer view."""
     import torch
 
-    flat = _int_view(x).view(-1)
+    from tileflip.kernels.dtypes import as_int
+
+    flat = as_int(x).view(-1)
     for start in range(0, flat.numel(), CHUNK):
         idx = torch.arange(start, min(start + CHUNK, flat.numel()), device=x.device, dtype=torch.int64)
         flat[start : start + idx.numel()] = (idx * MULTIPLIER + 12345).to(flat.dtype)
@@ -67,7 +63,9 @@ def mismatches(y, batch: int, m: int, n: int) -> int:
     source index b M N + i N + j, for y[b, j, i]."""
     import torch
 
-    flat = _int_view(y).view(-1)
+    from tileflip.kernels.dtypes import as_int
+
+    flat = as_int(y).view(-1)
     bad = 0
     rows = max(1, CHUNK // m)  # rows of y (each of m elements) per chunk
     for b in range(batch):
@@ -96,13 +94,10 @@ def _pass_ms(x, plan) -> list[float]:
     """Each pass's device time, run one at a time (x is left transposed as the whole call leaves it)."""
     import torch
 
-    from tileflip.kernels.dtypes import UINT_OF_SIZE
     from tileflip.kernels.triton import inplace as kernels
+    from tileflip.ops.inplace import scratch_for
 
-    scratch = None
-    if plan.scratch_bytes:
-        scratch = torch.empty(-(-plan.scratch_bytes // 8) * 8, dtype=torch.uint8, device=x.device)
-        scratch = scratch.view(UINT_OF_SIZE[x.element_size()])
+    scratch = scratch_for(x, plan)
     out = []
     for p in plan.passes:
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)

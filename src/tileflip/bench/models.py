@@ -131,11 +131,9 @@ def _tokens(batch, length, vocab):
 
 
 def _bits(t):
-    import torch
+    from tileflip.kernels.dtypes import as_int
 
-    t = t.detach().contiguous()
-    return t.view(torch.uint8) if t.element_size() == 1 else t.view({2: torch.int16, 4: torch.int32,
-                                                                        8: torch.int64}[t.element_size()])
+    return as_int(t.detach().contiguous())
 
 
 def _tensors(value) -> list:

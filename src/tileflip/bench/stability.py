@@ -130,8 +130,9 @@ def carve(buffer, start: int, offset: int, shape, dtype):
 def _same_bits(a, b) -> bool:
     import torch
 
-    as_int = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[a.element_size()]
-    return torch.equal(a.view(as_int), b.contiguous().view(as_int))
+    from tileflip.kernels.dtypes import as_int
+
+    return torch.equal(as_int(a), as_int(b.contiguous()))
 
 
 def _do_bench(fn) -> float:

@@ -13,6 +13,9 @@ from tileflip.plan.dtypes import ELEMENT_SIZE as _SIZE_BY_NAME
 from tileflip.plan.dtypes import refusal
 
 UINT_OF_SIZE = {1: torch.uint8, 2: torch.uint16, 4: torch.uint32, 8: torch.uint64}
+# The signed integers of each size: torch's CUDA kernels for comparisons and strided copies cover these,
+# not every unsigned width.
+INT_OF_SIZE = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 SUPPORTED = frozenset(getattr(torch, name) for name in _SIZE_BY_NAME if hasattr(torch, name))
 # Bytes per element of each supported dtype (read on every call's path: a dict lookup, no tensor made).
@@ -29,6 +32,11 @@ def check_dtype(dtype: torch.dtype, arg: str = "x") -> None:
 def as_uint(t: torch.Tensor) -> torch.Tensor:
     """The same memory viewed as the unsigned integer of the element size (strides and offset kept)."""
     return t.view(UINT_OF_SIZE[t.element_size()])
+
+
+def as_int(t: torch.Tensor) -> torch.Tensor:
+    """The same memory viewed as the signed integer of the element size (strides and offset kept)."""
+    return t.view(INT_OF_SIZE[t.element_size()])
 
 
 def as_width(t: torch.Tensor, width: int, count: int | None = None) -> torch.Tensor:

@@ -85,19 +85,22 @@ def run(x: torch.Tensor, scratch_bytes: int) -> None:
     if x.numel() == 0:
         return
     plan = plan_for(x, budget)
-    if not plan.passes:
-        return
-    scratch = None
-    if plan.scratch_bytes:
-        try:
-            scratch = torch.empty(-(-plan.scratch_bytes // 8) * 8, dtype=torch.uint8, device=x.device)
-        except torch.OutOfMemoryError as e:
-            raise MemoryError(f"transpose_in_place needs {plan.scratch_bytes} bytes of scratch, which could not be "
-                              f"allocated on {x.device}; nothing was written. Free memory, or pass a smaller "
-                              f"scratch_bytes (one staged group is the least; see tileflip.ops.inplace.plan_for)"
-                              ) from e  # fmt: skip
-        scratch = scratch.view(dtypes.UINT_OF_SIZE[x.element_size()])
-    on_device_of(x, _kernels().run_plan, x, plan, scratch)
+    if plan.passes:
+        on_device_of(x, _kernels().run_plan, x, plan, scratch_for(x, plan))
+
+
+def scratch_for(x: torch.Tensor, plan: InPlacePlan) -> torch.Tensor | None:
+    """The plan's scratch on x's device, as unsigned integers of x's element size (None: it needs none)."""
+    if not plan.scratch_bytes:
+        return None
+    try:
+        scratch = torch.empty(-(-plan.scratch_bytes // 8) * 8, dtype=torch.uint8, device=x.device)
+    except torch.OutOfMemoryError as e:
+        raise MemoryError(f"transpose_in_place needs {plan.scratch_bytes} bytes of scratch, which could not be "
+                          f"allocated on {x.device}; nothing was written. Free memory, or pass a smaller "
+                          f"scratch_bytes (one staged group is the least; see tileflip.ops.inplace.plan_for)"
+                          ) from e  # fmt: skip
+    return scratch.view(dtypes.UINT_OF_SIZE[x.element_size()])
 
 
 def transpose_in_place(x: torch.Tensor, *, scratch_bytes: int | None = None) -> torch.Tensor:
@@ -111,9 +114,7 @@ def transpose_in_place(x: torch.Tensor, *, scratch_bytes: int | None = None) -> 
     storage, one that requires grad, a dtype outside 1, 2, 4 and 8 bytes, a scratch budget below one
     staged group, or scratch that cannot be allocated."""
     if not torch.compiler.is_compiling():  # traced, the op's fake implementation checks
-        check_in_place(x, scratch_bytes)
-        if x.numel():
-            plan_for(x, scratch_bytes)  # a budget below one group is refused here, before the op runs
+        check_in_place(x, scratch_bytes)  # before the op's schema sees the arguments; the op plans and refuses
     torch.ops.tileflip.transpose_in_place_(x, -1 if scratch_bytes is None else scratch_bytes)
     if x.dim() == 2:
         return x.view(x.shape[1], x.shape[0])

@@ -11,18 +11,16 @@ rows, 2 shuffle columns (``plan.inplace.PASS_MAPS``).
 
 from __future__ import annotations
 
-import torch
 import triton
 import triton.language as tl
 
-from tileflip.kernels.dtypes import as_uint
+from tileflip.kernels.dtypes import as_int, as_uint
 from tileflip.kernels.triton import launch as launcher
 from tileflip.kernels.triton.launch import is_interpreted_kernel, spec_of
 from tileflip.plan import magic_divisor
 from tileflip.plan.inplace import InPlacePlan, Pass
 
 INT32_LIMIT = 2**31
-SIGNED_OF_SIZE = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 STAGED_BLOCK = (32, 64)  # a staged pass's tile of the wave: rows, columns
 
 
@@ -230,38 +228,33 @@ def run_pass(x, p: Pass, batch: int, scratch) -> None:
                    False, block_r, block_s, index_64)  # fmt: skip
         _launch(group_pass_kernel, "group", (batch * groups,), flat, flat, scalars, _warps(block_r * block_s))
         return
-    slot = scratch
     # The copies into the scratch are torch's, on the signed integers of the element size (torch's CUDA
     # copy covers every signed width).
-    signed = SIGNED_OF_SIZE[flat.element_size()]
-    slot_i = slot.view(signed)
-    view2d = flat.view(signed).view(batch * gm, gn)
-    view3d = flat.view(signed).view(batch, gm, gn)
+    slot_signed = as_int(scratch)
+    view2d = as_int(flat).view(batch * gm, gn)
+    view3d = as_int(flat).view(batch, gm, gn)
     block_r, block_s = STAGED_BLOCK
-    index_64 = total + block_r * block_s >= INT32_LIMIT or products >= INT32_LIMIT
+    index_64 = total + block_r * block_s >= INT32_LIMIT or products >= INT32_LIMIT  # a wave is within the total
+    divisors = _divisors(p, index_64)
     if rows:
         all_rows = batch * gm
+        tiles_s = -(-gn // block_s)
         for first in range(0, all_rows, p.wave_groups):
             count = min(p.wave_groups, all_rows - first)
-            slot_i[: count * gn].view(count, gn).copy_(view2d[first : first + count])
-            tiles_s = -(-gn // block_s)
-            grid = (-(-count // block_r) * tiles_s,)
-            wide = index_64 or count * gn >= INT32_LIMIT
-            scalars = (gm, gn, c, b, ainv, 1, first, count, 0, tiles_s, *_divisors(p, wide), p.map_index, p.scatter,
-                       True, True, block_r, block_s, wide)  # fmt: skip
-            _launch(group_pass_kernel, "staged", grid, flat, slot, scalars, 4)
+            slot_signed[: count * gn].view(count, gn).copy_(view2d[first : first + count])
+            scalars = (gm, gn, c, b, ainv, 1, first, count, 0, tiles_s, *divisors, p.map_index, p.scatter, True,
+                       True, block_r, block_s, index_64)  # fmt: skip
+            _launch(group_pass_kernel, "staged", (-(-count // block_r) * tiles_s,), flat, scratch, scalars, 4)
         return
-    width = p.wave_groups * p.stripe
+    width = p.wave_groups * p.stripe  # columns a wave holds
     for mat in range(batch):
         for first in range(0, gn, width):
             count = min(width, gn - first)
-            slot_i[: gm * count].view(gm, count).copy_(view3d[mat, :, first : first + count])
+            slot_signed[: gm * count].view(gm, count).copy_(view3d[mat, :, first : first + count])
             tiles_s = -(-count // block_s)
-            grid = (-(-gm // block_r) * tiles_s,)
-            wide = index_64 or gm * count >= INT32_LIMIT
-            scalars = (gm, gn, c, b, ainv, 1, first, count, mat, tiles_s, *_divisors(p, wide), p.map_index,
-                       p.scatter, False, True, block_r, block_s, wide)  # fmt: skip
-            _launch(group_pass_kernel, "staged", grid, flat, slot, scalars, 4)
+            scalars = (gm, gn, c, b, ainv, 1, first, count, mat, tiles_s, *divisors, p.map_index, p.scatter, False,
+                       True, block_r, block_s, index_64)  # fmt: skip
+            _launch(group_pass_kernel, "staged", (-(-gm // block_r) * tiles_s,), flat, scratch, scalars, 4)
 
 
 def run_plan(x, plan: InPlacePlan, scratch) -> None:
